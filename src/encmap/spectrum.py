@@ -1,0 +1,146 @@
+"""Exact factored form of a PIP matrix (pure maths, no I/O).
+
+For an embedding matrix E (n x d) the PIP matrix is M = E Eᵀ and the density matrix is
+ρ = M / tr M = U diag(λ) Uᵀ, with U (n x r) orthonormal and λ > 0 summing to 1. Everything
+downstream (QRE features, pairwise QRE, the stored PIP artifact) works on (U, λ) and never
+forms an n x n matrix when d < n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.linalg
+
+from .validation import EncmapError, check_embeddings, check_tol
+
+#: Default relative tolerance: eigenvalues λ_k < tol * λ_max join the null space. Float32
+#: embeddings carry ~1e-7 relative noise, i.e. ~1e-14 in squared singular values, so 1e-12
+#: keeps all signal and drops only rounding noise.
+DEFAULT_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Factored density matrix ρ = U diag(lam) Uᵀ of one encoder.
+
+    Attributes
+    ----------
+    U : ndarray, shape (n, r)
+        Orthonormal eigenvectors of the PIP matrix for its non-null eigenvalues.
+    lam : ndarray, shape (r,)
+        Eigenvalues of ρ, descending, positive, summing to 1.
+    trace : float
+        tr M = ‖E‖_F² (the scale that ρ removes).
+    """
+
+    U: np.ndarray
+    lam: np.ndarray
+    trace: float
+
+    @property
+    def n(self) -> int:
+        """Number of sentences."""
+        return int(self.U.shape[0])
+
+    @property
+    def rank(self) -> int:
+        """Numerical rank r."""
+        return int(self.lam.shape[0])
+
+    def dense_rho(self) -> np.ndarray:
+        """Dense ρ, shape (n, n). For tests and small n only."""
+        return (self.U * self.lam) @ self.U.T
+
+    def dense_pip(self) -> np.ndarray:
+        """Dense PIP matrix M = E Eᵀ, shape (n, n). For small n only."""
+        return (self.U * (self.lam * self.trace)) @ self.U.T
+
+
+def _truncate(U: np.ndarray, s2: np.ndarray, tol: float) -> Spectrum:
+    """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum."""
+    order = np.argsort(s2)[::-1]
+    s2 = s2[order]
+    U = U[:, order]
+    top = s2[0] if s2.size else 0.0
+    if not top > 0:
+        raise EncmapError("PIP matrix has no positive eigenvalue (trace 0)")
+    keep = s2 > tol * top
+    s2 = s2[keep]
+    trace = float(s2.sum())
+    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / trace, trace=trace)
+
+
+def factor_pip(
+    E: np.ndarray, *, tol: float = DEFAULT_TOL, method: str = "auto", name: str = "embeddings"
+) -> Spectrum:
+    """Factor the PIP matrix of ``E`` without forming it.
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+        Embeddings, one row per sentence (used as given: no centring or normalising).
+    tol : float
+        Relative eigenvalue tolerance: λ_k < tol * λ_max joins the null space.
+    method : {"auto", "svd", "gram"}
+        ``"svd"``: thin SVD of E (LAPACK gesdd), O(n d min(n, d)). ``"gram"``: ``eigh`` of the
+        smaller Gram matrix (EᵀE when d ≤ n, else E Eᵀ), then U = E V / σ. ``"auto"`` picks
+        ``"gram"``, measured fastest at equal accuracy (see ``benchmarks/bench_qre.py``).
+    name : str
+        Encoder id or file, for error messages.
+
+    Returns
+    -------
+    Spectrum
+        U (n x r), λ (r,), tr M.
+    """
+    tol = check_tol(tol)
+    A = check_embeddings(E, name)
+    if method == "auto":
+        method = "gram"
+    n, d = A.shape
+    if method == "svd":
+        U, s, _ = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+        return _truncate(U, s * s, tol)
+    if method != "gram":
+        raise EncmapError(f"method must be 'auto', 'svd' or 'gram', got {method!r}")
+    if d >= n:
+        # The n x n PIP is the smaller Gram matrix here: its eigenvectors are U directly.
+        w, U = scipy.linalg.eigh(A @ A.T, check_finite=False, driver="evr")
+        return _truncate(U, np.clip(w, 0.0, None), tol)
+    w, V = scipy.linalg.eigh(A.T @ A, check_finite=False, driver="evr")
+    w = np.clip(w, 0.0, None)
+    top = w.max()
+    if not top > 0:
+        raise EncmapError(f"{name}: PIP matrix has no positive eigenvalue (trace 0)")
+    keep = w > tol * top
+    w, V = w[keep], V[:, keep]
+    U = (A @ V) / np.sqrt(w)
+    # One Gram-Schmidt pass (QR) restores orthonormality lost to rounding for small σ; the
+    # projector U Uᵀ is unchanged, and re-diagonalising the tiny r x r block keeps it exact.
+    Q, R = np.linalg.qr(U)
+    B = (R * w) @ R.T
+    w2, W = scipy.linalg.eigh((B + B.T) / 2, check_finite=False)
+    return _truncate(Q @ W, np.clip(w2, 0.0, None), tol)
+
+
+def spectrum_from_arrays(U: np.ndarray, lam: np.ndarray, trace: float = 1.0) -> Spectrum:
+    """Rebuild a :class:`Spectrum` from stored arrays (e.g. a PIP HDF5 file).
+
+    Parameters
+    ----------
+    U : ndarray, shape (n, r)
+    lam : ndarray, shape (r,)
+    trace : float
+    """
+    U = np.asarray(U, dtype=np.float64)
+    lam = np.asarray(lam, dtype=np.float64)
+    if U.ndim != 2 or lam.ndim != 1 or U.shape[1] != lam.shape[0]:
+        raise EncmapError(f"factored PIP: U {U.shape} and eigenvalues {lam.shape} do not match")
+    if lam.size == 0 or np.any(lam <= 0) or not np.all(np.isfinite(lam)):
+        raise EncmapError("factored PIP: eigenvalues must be positive and finite")
+    total = lam.sum()
+    if abs(total - 1.0) > 1e-12:  # stored spectra are already normalised; keep their bits
+        lam = lam / total
+    return Spectrum(U=U, lam=lam, trace=float(trace))

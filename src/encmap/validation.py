@@ -1,0 +1,125 @@
+"""Input validation, in one place.
+
+Every check raises :class:`ValueError` (or a subclass) with a message that names the culprit:
+which file, which key, which encoder. Maths modules call these before doing any work.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+
+#: Encoder and model ids become file names: lower-case, digits, and ``._-`` only.
+SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+
+
+class EncmapError(ValueError):
+    """A user-facing error with a message that names the problem."""
+
+
+def check_id(value: str, what: str = "id") -> str:
+    """Return ``value`` if it is a path-safe id, else raise naming it.
+
+    Parameters
+    ----------
+    value : str
+        Candidate id.
+    what : str
+        What the id names (for the message), e.g. ``"model 'minilm'"``.
+    """
+    if not isinstance(value, str) or not SAFE_ID.match(value) or ".." in value:
+        raise EncmapError(
+            f"{what}: {value!r} is not a path-safe id (use 1-128 characters of a-z, 0-9, '.', "
+            "'_', '-', starting with a letter or digit, no '..')"
+        )
+    return value
+
+
+def check_embeddings(E: Any, name: str = "embeddings") -> np.ndarray:
+    """Validate an embedding matrix and return it as C-contiguous float64.
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+        Embedding matrix, one row per sentence.
+    name : str
+        What ``E`` is (encoder id or file), used in error messages.
+
+    Returns
+    -------
+    ndarray, shape (n, d), float64
+    """
+    A = np.asarray(E)
+    if A.ndim != 2:
+        raise EncmapError(f"{name}: expected a 2-D (n x d) matrix, got shape {A.shape}")
+    if A.shape[0] < 1 or A.shape[1] < 1:
+        raise EncmapError(f"{name}: empty embedding matrix of shape {A.shape}")
+    if not np.issubdtype(A.dtype, np.number) or np.iscomplexobj(A):
+        raise EncmapError(f"{name}: expected real numbers, got dtype {A.dtype}")
+    A = np.ascontiguousarray(A, dtype=np.float64)
+    bad = ~np.isfinite(A)
+    if bad.any():
+        rows = np.unique(np.nonzero(bad)[0])
+        raise EncmapError(
+            f"{name}: {int(bad.sum())} non-finite values (NaN/inf) in {rows.size} rows, "
+            f"first rows {rows[:5].tolist()}"
+        )
+    if not np.any(A):
+        raise EncmapError(
+            f"{name}: all embeddings are zero, so the PIP matrix has trace 0 and no density matrix"
+        )
+    return A
+
+
+def check_eps(eps: float, direction: str = "forward") -> float:
+    """Validate the smoothing weight ε for a QRE direction.
+
+    The reverse direction needs ε > 0: S(I/n ‖ ρ) = −ln n − (1/n) Tr ln ρ is +∞ whenever ρ
+    has a null space (rank r < n), since ln 0 = −∞ on it; smoothing reinstates that space.
+    """
+    if direction not in ("forward", "reverse"):
+        raise EncmapError(f"direction must be 'forward' or 'reverse', got {direction!r}")
+    try:
+        eps = float(eps)
+    except (TypeError, ValueError):
+        raise EncmapError(f"eps must be a number in [0, 1), got {eps!r}") from None
+    if not (0.0 <= eps < 1.0):
+        raise EncmapError(f"eps must be in [0, 1), got {eps!r}")
+    if direction == "reverse" and eps == 0.0:
+        raise EncmapError(
+            "reverse QRE needs eps > 0: S(I/n || rho) = -ln n - (1/n) Tr ln rho diverges to +inf "
+            "because rho has zero eigenvalues (its null space) and ln 0 = -inf; smoothing "
+            "rho_eps = (1-eps) rho + eps I/n makes every eigenvalue >= eps/n"
+        )
+    return eps
+
+
+def check_tol(tol: float) -> float:
+    """Validate a relative eigenvalue tolerance (0 <= tol < 1)."""
+    tol = float(tol)
+    if not (0.0 <= tol < 1.0):
+        raise EncmapError(f"tol must be in [0, 1), got {tol!r}")
+    return tol
+
+
+def check_density(rho: Any, name: str = "rho", atol: float = 1e-10) -> np.ndarray:
+    """Validate a dense density matrix: square, symmetric, unit trace, PSD (to ``atol``).
+
+    Returns
+    -------
+    ndarray, shape (n, n), float64
+    """
+    R = np.asarray(rho, dtype=np.float64)
+    if R.ndim != 2 or R.shape[0] != R.shape[1]:
+        raise EncmapError(f"{name}: expected a square matrix, got shape {R.shape}")
+    if not np.all(np.isfinite(R)):
+        raise EncmapError(f"{name}: contains NaN or inf")
+    if not np.allclose(R, R.T, atol=atol):
+        raise EncmapError(f"{name}: not symmetric")
+    if abs(np.trace(R) - 1.0) > 1e-8:
+        raise EncmapError(f"{name}: trace is {np.trace(R)!r}, expected 1")
+    if np.linalg.eigvalsh(R).min() < -1e-8:
+        raise EncmapError(f"{name}: not positive semi-definite")
+    return R

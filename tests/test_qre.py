@@ -1,0 +1,214 @@
+"""QRE maths against slow dense references, hand values, invariances and properties."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import ortho_group
+
+from encmap.qre import (
+    dense_pairwise_qre,
+    dense_qre_features,
+    pairwise_qre,
+    pairwise_qre_matrix,
+    qre_features,
+    qre_to_base,
+    quantum_relative_entropy,
+    von_neumann_entropy,
+)
+from encmap.spectrum import factor_pip, spectrum_from_arrays
+from encmap.validation import EncmapError
+
+
+def rel(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return float(np.max(np.abs(a - b) / np.maximum(np.abs(b), 1e-300)))
+
+
+def make(kind, rng):
+    if kind == "tall":  # d < n
+        return rng.standard_normal((60, 12))
+    if kind == "wide":  # d > n
+        return rng.standard_normal((25, 70))
+    if kind == "rankdef":  # rank 4 in 40 dims
+        return rng.standard_normal((50, 4)) @ rng.standard_normal((4, 40))
+    if kind == "dups":  # duplicated rows
+        E = rng.standard_normal((40, 16))
+        E[10:20] = E[:10]
+        return E
+    raise AssertionError(kind)
+
+
+CASES = [
+    (kind, eps, direction, method)
+    for kind in ("tall", "wide", "rankdef", "dups")
+    for eps in (0.0, 1e-8, 1e-3)
+    for direction in ("forward", "reverse")
+    for method in ("svd", "gram")
+    if not (direction == "reverse" and eps == 0.0)
+]
+
+
+@pytest.mark.parametrize("kind,eps,direction,method", CASES)
+def test_factored_matches_dense_eigh(kind, eps, direction, method):
+    rng = np.random.default_rng(abs(hash((kind, eps, direction))) % 2**32)
+    E = make(kind, rng)
+    fast = qre_features(factor_pip(E, method=method), direction=direction, eps=eps)
+    slow = dense_qre_features(E, direction=direction, eps=eps)
+    assert rel(fast, slow) <= 1e-10
+    # The features add up to the QRE against the base encoder, computed densely.
+    n = E.shape[0]
+    M = E @ E.T
+    rho = M / np.trace(M)
+    rho_eps = (1 - eps) * rho + eps * np.eye(n) / n
+    rho_eps = (rho_eps + rho_eps.T) / 2
+    dense = (quantum_relative_entropy(rho_eps, np.eye(n) / n) if direction == "forward"
+             else quantum_relative_entropy(np.eye(n) / n, rho_eps))
+    # With ε = 1e-8 the dense eigh of ρ_ε resolves its smallest eigenvalues (ε/n ~ 1e-10) only
+    # to ~1e-16 absolute, so ln of them, which the reverse direction sums, is good to ~1e-7.
+    tight = direction == "forward" or eps >= 1e-3
+    assert fast.sum() == pytest.approx(dense, rel=1e-9 if tight else 1e-6, abs=1e-12)
+    assert qre_to_base(E, direction=direction, eps=eps) == pytest.approx(fast.sum(), rel=1e-12, abs=1e-14)
+
+
+def test_forward_sum_is_ln_n_minus_entropy():
+    rng = np.random.default_rng(1)
+    E = rng.standard_normal((30, 8))
+    eps = 1e-3
+    rho = E @ E.T / np.sum(E * E)
+    rho_eps = (1 - eps) * rho + eps * np.eye(30) / 30
+    f = qre_features(E, eps=eps)
+    assert f.sum() == pytest.approx(math.log(30) - von_neumann_entropy((rho_eps + rho_eps.T) / 2), rel=1e-10)
+
+
+def test_hand_values():
+    assert quantum_relative_entropy(np.diag([0.3, 0.7]), np.eye(2) / 2) == pytest.approx(0.0822829, abs=5e-8)
+    pure = np.array([[1.0, 0.0], [0.0, 0.0]])
+    assert quantum_relative_entropy(pure, np.eye(2) / 2) == pytest.approx(math.log(2), rel=1e-14)
+    assert quantum_relative_entropy(np.eye(2) / 2, pure) == math.inf
+    assert von_neumann_entropy(np.eye(4) / 4) == pytest.approx(math.log(4))
+    # Embeddings whose density matrix is diag(0.3, 0.7): forward features are
+    # 0.3 ln 0.6 and 0.7 ln 1.4, adding to 0.0822829.
+    E = np.diag([math.sqrt(0.3), math.sqrt(0.7)])
+    f = qre_features(E, eps=0.0)
+    assert f == pytest.approx([0.3 * math.log(0.6), 0.7 * math.log(1.4)], rel=1e-12)
+    assert f.sum() == pytest.approx(0.0822829, abs=5e-8)
+    # A pure state (one direction) vs I/n gives ln n; one-hot embeddings (the base encoder) give 0.
+    assert qre_features(np.ones((5, 1)), eps=0.0).sum() == pytest.approx(math.log(5))
+    assert qre_features(np.eye(6), eps=0.0) == pytest.approx(np.zeros(6), abs=1e-15)
+    assert qre_features(np.eye(6), eps=0.1, direction="reverse") == pytest.approx(np.zeros(6), abs=1e-15)
+
+
+def test_pairwise_matches_dense_and_basic_properties():
+    rng = np.random.default_rng(2)
+    n = 35
+    encs = [rng.standard_normal((n, 5)), rng.standard_normal((n, 50)), make("dups", rng)[:n, :9],
+            rng.standard_normal((n, 3)) @ rng.standard_normal((3, 20))]
+    for eps in (1e-8, 1e-3, 0.2):
+        mat = pairwise_qre_matrix(encs, eps=eps)
+        for i in range(len(encs)):
+            for j in range(len(encs)):
+                exact = dense_pairwise_qre(encs[i], encs[j], eps=eps)
+                assert mat[i, j] == pytest.approx(exact, rel=1e-9, abs=1e-12)
+        if eps < 1e-3:
+            continue  # dense eigh of ρ_ε itself cannot resolve ln(ε/n) to 1e-9 below this
+        dense = []
+        for E in encs:
+            rho = E @ E.T / np.sum(E * E)
+            r = (1 - eps) * rho + eps * np.eye(n) / n
+            dense.append((r + r.T) / 2)
+        for i in range(len(encs)):
+            assert pairwise_qre(encs[i], encs[i], eps=eps) == pytest.approx(0.0, abs=1e-12)
+            for j in range(len(encs)):
+                ref = quantum_relative_entropy(dense[i], dense[j])
+                assert mat[i, j] == pytest.approx(ref, rel=1e-9, abs=1e-12)
+                assert mat[i, j] >= -1e-12
+        assert np.all(np.diag(mat) == 0)
+
+
+def test_pairwise_unsmoothed_support():
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((20, 3))
+    B = np.hstack([A, rng.standard_normal((20, 4))])  # range(A) ⊂ range(B)
+    assert pairwise_qre(A, B, eps=0.0) < math.inf
+    assert pairwise_qre(B, A, eps=0.0) == math.inf
+    rho_a = A @ A.T / np.sum(A * A)
+    rho_b = B @ B.T / np.sum(B * B)
+    assert pairwise_qre(A, B, eps=0.0) == pytest.approx(quantum_relative_entropy(rho_a, rho_b, tol=1e-10), rel=1e-8)
+
+
+def test_invariances():
+    rng = np.random.default_rng(4)
+    E = rng.standard_normal((40, 10))
+    Q = ortho_group.rvs(10, random_state=5)
+    for direction, eps in (("forward", 0.0), ("forward", 1e-3), ("reverse", 1e-3)):
+        f = qre_features(E, direction=direction, eps=eps)
+        assert rel(qre_features(E @ Q, direction=direction, eps=eps), f) < 1e-10
+        assert rel(qre_features(7.5 * E, direction=direction, eps=eps), f) < 1e-12
+        assert rel(qre_features(E[:, rng.permutation(10)], direction=direction, eps=eps), f) < 1e-10
+        p = rng.permutation(40)
+        assert rel(qre_features(E[p], direction=direction, eps=eps), f[p]) < 1e-10
+
+
+def test_spectrum_roundtrip_and_determinism():
+    rng = np.random.default_rng(6)
+    E = rng.standard_normal((30, 6))
+    s = factor_pip(E)
+    assert s.rank == 6 and s.lam.sum() == pytest.approx(1.0)
+    assert s.trace == pytest.approx(np.sum(E * E))
+    assert np.allclose(s.dense_pip(), E @ E.T, atol=1e-10)
+    s2 = spectrum_from_arrays(s.U, s.lam, s.trace)
+    assert np.array_equal(qre_features(s2), qre_features(s))
+    assert np.array_equal(qre_features(E), qre_features(E.copy()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    n=st.integers(2, 30),
+    d=st.integers(1, 30),
+    cond=st.floats(0, 5),  # λ down to 1e-10, clear of the 1e-12 rank tolerance
+    eps=st.sampled_from([0.0, 1e-6, 1e-2]),
+    seed=st.integers(0, 2**31),
+)
+def test_property_factored_equals_dense(n, d, cond, eps, seed):
+    rng = np.random.default_rng(seed)
+    U, _ = np.linalg.qr(rng.standard_normal((n, min(n, d))))
+    V, _ = np.linalg.qr(rng.standard_normal((d, min(n, d))))
+    s = np.logspace(0, -cond, min(n, d))  # singular values spread over `cond` decades
+    E = (U * s) @ V.T
+    for direction in ("forward", "reverse"):
+        if direction == "reverse" and eps == 0:
+            continue
+        fast = qre_features(E, direction=direction, eps=eps)
+        slow = dense_qre_features(E, direction=direction, eps=eps)
+        assert np.allclose(fast, slow, rtol=1e-9, atol=1e-13 / n)
+        if direction == "forward":
+            assert fast.sum() >= -1e-12  # S(ρ‖I/n) ≥ 0
+
+
+@pytest.mark.parametrize(
+    "E,kw,match",
+    [
+        (np.array([[1.0, np.nan], [0.0, 1.0]]), {}, "non-finite"),
+        (np.array([[1.0, np.inf], [0.0, 1.0]]), {}, "non-finite"),
+        (np.zeros((3, 2)), {}, "all embeddings are zero"),
+        (np.eye(3), {"eps": 1.0}, r"eps must be in \[0, 1\)"),
+        (np.eye(3), {"eps": -0.1}, r"eps must be in \[0, 1\)"),
+        (np.eye(3), {"eps": 0.0, "direction": "reverse"}, "diverges"),
+        (np.eye(3), {"direction": "sideways"}, "direction"),
+        (np.ones(3), {}, "2-D"),
+    ],
+)
+def test_bad_input(E, kw, match):
+    with pytest.raises(EncmapError, match=match):
+        qre_features(E, **kw)
+    assert issubclass(EncmapError, ValueError)
+
+
+def test_pairwise_bad_input():
+    with pytest.raises(ValueError, match="same sentences"):
+        pairwise_qre(np.eye(3), np.eye(4))
+    with pytest.raises(ValueError, match="eps"):
+        pairwise_qre(np.eye(3), np.eye(3), eps=2.0)
