@@ -1,0 +1,20 @@
+# encmap: a map of sentence encoders. This file is a table of contents: the rules live in
+# rules/*.smk, the logic in src/encmap/. params.yaml is both this workflow's config and DVC's
+# params file; it is validated against schemas/params.schema.json before any job starts.
+
+configfile: "params.yaml"
+
+
+include: "rules/common.smk"
+include: "rules/curate.smk"
+include: "rules/embed.smk"
+include: "rules/pip.smk"
+include: "rules/qre.smk"
+
+
+rule all:
+    input:
+        SENTENCES,
+        expand("results/embeddings/{model}", model=MODELS),
+        expand("results/pip/{model}", model=MODELS),
+        "results/features/qre.h5",

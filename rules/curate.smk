@@ -1,0 +1,11 @@
+rule curate:
+    output:
+        txt=SENTENCES,
+        manifest=f"data/sentences/{SET}.manifest.tsv",
+        sha=f"data/sentences/{SET}.sha256",
+    params:
+        sentences=config["sentences"],
+    log:
+        f"logs/curate/{SET}.log",
+    script:
+        "../scripts/curate.py"

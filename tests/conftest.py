@@ -1,0 +1,136 @@
+"""Fixtures: tiny random BERTs built offline, and a throw-away encmap project in a git repo."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+WORDS = ("the a of and to in is was for on with as by at from that this it he she they we his her "
+         "city river music war king church school film team game book year people world state life "
+         "house water light night day man woman child time history art law science language").split()
+
+
+def build_tiny_bert(path: Path, *, seed: int = 0, layers: int = 2, corrupt: str | None = None) -> Path:
+    """Save a randomly initialised 32-d BERT with a WordPiece vocab written from text.
+
+    ``corrupt``: "nan" fills the weights with NaN, "zero" with zeros (a broken checkpoint).
+    """
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    path.mkdir(parents=True, exist_ok=True)
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"] + sorted(set(WORDS)) + [
+        c for c in "abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"()-"] + [
+        "##" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
+    (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
+    tok = BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    tok.save_pretrained(path)
+    torch.manual_seed(seed)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    model = BertModel(cfg)
+    if corrupt:
+        with torch.no_grad():
+            for p in model.parameters():
+                p.fill_(float("nan") if corrupt == "nan" else 0.0)
+    model.save_pretrained(path)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_bert(tmp_path_factory) -> Path:
+    return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
+
+
+def tiny_params(model_dir: Path, user_file: Path, n: int = 200) -> dict:
+    meta = {"family": "tiny", "architecture": "bert", "parameters": 1000, "languages": ["en"],
+            "objective": "none", "kind": "pretrained"}
+    tr = {"revision": None, "max_seq_length": 64, "batch_size": 16, "prompt": "", "seed": 0}
+    return {
+        "sentences": {"set": "tiny", "n": n, "seed": 0, "min_words": 6, "max_words": 40, "min_alpha": 0.8,
+                      "sources": [{"name": "wiki", "kind": "gensim-wiki", "path": None, "weight": 1.0},
+                                  {"name": "mine", "kind": "file", "path": str(user_file), "weight": 1.0}]},
+        "embed": {"device": "cpu"},
+        "models": {
+            "tiny-st": {"backend": "sentence-transformers", "source": f"path:{model_dir}", "layers": "all",
+                        "pooling": ["mean", "cls"], "output": True, "dims": [8], "init": "pretrained",
+                        **tr, "meta": meta},
+            "tiny-rand": {"backend": "transformers", "source": f"path:{model_dir}", "layers": [2],
+                          "pooling": ["max"], "init": "random", **tr, "meta": meta | {"kind": "control"}},
+            "lsa": {"backend": "classical", "method": "tfidf-svd", "dims": [8, 16], "seed": 0,
+                    "meta": meta | {"kind": "classical"}},
+            "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "seed": 0,
+                      "meta": meta | {"kind": "control"}},
+        },
+        "pip": {"tol": 1e-12, "dense_max_n": 100},
+        "qre": {"direction": "forward", "eps": 1e-6},
+    }
+
+
+def write_user_file(path: Path, count: int = 150) -> Path:
+    """Generated but sentence-like lines: a capitalised start, 8-12 words, a full stop."""
+    import random
+
+    rnd = random.Random(7)
+    lines = []
+    for _ in range(count):
+        words = [rnd.choice(WORDS) for _ in range(rnd.randint(8, 12))]
+        lines.append(" ".join(words).capitalize() + ".")
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def env() -> dict:
+    e = dict(os.environ)
+    e["PATH"] = f"{BIN}{os.pathsep}{e.get('PATH', '')}"
+    e["HF_HUB_OFFLINE"] = "1"
+    e["TRANSFORMERS_OFFLINE"] = "1"
+    e["DVC_NO_ANALYTICS"] = "1"
+    e["GIT_AUTHOR_NAME"] = e["GIT_COMMITTER_NAME"] = "encmap-tests"
+    e["GIT_AUTHOR_EMAIL"] = e["GIT_COMMITTER_EMAIL"] = "tests@encmap.invalid"
+    return e
+
+
+def run(cmd: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
+    p = subprocess.run(cmd, shell=True, cwd=cwd, env=env(), capture_output=True, text=True)
+    if check and p.returncode != 0:
+        raise AssertionError(f"`{cmd}` failed ({p.returncode}):\n{p.stdout[-4000:]}\n{p.stderr[-6000:]}")
+    return p
+
+
+def make_project(root: Path, params: dict, git: bool = False) -> Path:
+    """Copy the workflow (not the data) into ``root`` with the given params."""
+    root.mkdir(parents=True, exist_ok=True)
+    for name in ("Snakefile", "dvc.yaml", "rules", "scripts", "schemas", "profiles"):
+        src = REPO / name
+        if src.is_dir():
+            shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy(src, root / name)
+    # DVC deps name these sources; the installed package is what runs.
+    shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    (root / ".gitignore").write_text(".snakemake/\nlogs/\n")
+    if git:
+        run("git init -q -b main && dvc init -q && dvc config core.autostage true && git add -A "
+            "&& git commit -qm init", root)
+    return root
+
+
+def tree_hashes(root: Path, *dirs: str) -> dict[str, str]:
+    out = {}
+    for d in dirs:
+        base = root / d
+        for f in sorted(base.rglob("*")) if base.exists() else []:
+            if f.is_file() and not f.name.startswith(".") and f.name != ".gitignore":
+                out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
+    return out
