@@ -71,7 +71,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200) -> dict:
             "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "seed": 0,
                       "meta": meta | {"kind": "control"}},
         },
-        "pip": {"tol": 1e-12, "dense_max_n": 100},
+        "pip": {"tol": 1e-12, "dense_max_n": 500},
         "qre": {"direction": "forward", "eps": 1e-6},
     }
 
