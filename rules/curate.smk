@@ -5,6 +5,8 @@ rule curate:
         sha=f"data/sentences/{SET}.sha256",
     params:
         sentences=config["sentences"],
+    conda:
+        "../envs/encmap.yaml"
     log:
         f"logs/curate/{SET}.log",
     script:

@@ -6,6 +6,9 @@ rule embed:
     params:
         spec=lambda wc: config["models"][wc.model],
         device=config["embed"]["device"],
+    conda:
+        "../envs/encmap.yaml"
+    threads: 8  # scaled down to --cores; torch uses exactly these
     log:
         "logs/embed/{model}.log",
     resources:

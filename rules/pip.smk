@@ -6,6 +6,8 @@ rule pip:
     params:
         tol=config["pip"]["tol"],
         dense_max_n=config["pip"]["dense_max_n"],
+    conda:
+        "../envs/encmap.yaml"
     log:
         "logs/pip/{model}.log",
     script:

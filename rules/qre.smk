@@ -6,6 +6,8 @@ rule features:
     params:
         direction=config["qre"]["direction"],
         eps=config["qre"]["eps"],
+    conda:
+        "../envs/encmap.yaml"
     log:
         "logs/features/{model}.log",
     script:
@@ -18,6 +20,8 @@ rule qre:
     output:
         features="results/features/qre.h5",
         metrics="results/features/metrics.json",
+    conda:
+        "../envs/encmap.yaml"
     log:
         "logs/qre.log",
     script:

@@ -196,3 +196,10 @@ def test_real_minilm_end_to_end(tmp_path, user_file):
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         assert f["features"].shape == (23, 60) and np.all(np.isfinite(f["features"][()]))
     shutil.rmtree(proj / "results")
+
+
+def test_workflow_lints_clean_and_dry_runs():
+    from conftest import REPO
+
+    r = run("snakemake --lint", REPO, check=False)
+    assert r.returncode == 0 and "Congratulations" in r.stdout + r.stderr, r.stdout[-2000:]

@@ -31,7 +31,8 @@ def curate_step(sentences: dict, txt: str, manifest: str, sha: str) -> None:
     write_curated(cs, txt, manifest, sha)
 
 
-def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto") -> list[str]:
+def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
+               threads: int | None = None) -> list[str]:
     """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
 
     Every variant is computed and checked before anything is written, and the directory is
@@ -41,6 +42,10 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     from .models import embed_model, library_versions
     from .sentences import file_sha256, read_sentences
 
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     texts = read_sentences(sentences_path)
     dev = resolve_device(device)
     res = embed_model(model, spec, texts, dev)
