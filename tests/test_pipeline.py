@@ -94,6 +94,14 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
+    # ε is a features param: changing it reruns the features, never the embeddings or PIPs.
+    out = run("dvc exp run -S qre.eps=0.001", proj).stdout
+    assert {s.split("@")[0] for s in ran(out)} == {"features", "qre"}, out
+    assert "qre.eps" in run("dvc params diff", proj).stdout
+    assert "qre_to_base_mean" in run("dvc metrics diff", proj).stdout
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
     # 2. Push to a directory remote; a fresh clone + pull is byte-identical and up to date.
     remote = tmp_path / "remote"
     run(f"dvc remote add -d store {remote} && git add -A && git commit -qm remote && dvc push -q", proj)

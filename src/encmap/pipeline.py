@@ -50,10 +50,8 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     dev = resolve_device(device)
     res = embed_model(model, spec, texts, dev)
     sha = file_sha256(sentences_path)
-    out = Path(outdir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
-    try:
+
+    def write(tmp: Path) -> None:
         for v in res.variants:
             write_h5(tmp / f"{v.id}.h5", {"embeddings": res.arrays[v.id].astype(np.float32)}, {
                 "encoder": v.to_dict() | {"spec": {k: spec[k] for k in sorted(spec)}},
@@ -66,11 +64,8 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
                 "encmap_version": __version__,
                 "device_kind": dev.split(":")[0],
             })
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+
+    _swap_dir(Path(outdir), write)
     return [v.id for v in res.variants]
 
 
@@ -82,10 +77,12 @@ def _encoder_files(indir: str) -> list[Path]:
 
 
 def _swap_dir(out: Path, write) -> None:
+    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
     try:
         write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes 0700
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
