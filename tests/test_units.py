@@ -184,7 +184,7 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     calls = []
 
     class FakeST:
-        def __init__(self, ref, revision=None, device=None):
+        def __init__(self, ref, revision=None, device=None):  # noqa: D107
             calls.append(("st", ref, revision))
             raise RuntimeError("stop before any download")
 

@@ -174,7 +174,7 @@ def _embed_transformer(model: str, spec: dict, texts: list[str], device: str) ->
     elif spec["backend"] == "sentence-transformers":
         from sentence_transformers import SentenceTransformer
 
-        st = SentenceTransformer(ref, revision=rev, device="cpu")
+        st = SentenceTransformer(ref, revision=rev, device=device)  # its tail modules too
         net = st[0].auto_model
         st_modules = list(st)[1:]
     else:
