@@ -85,8 +85,9 @@ def factor_pip(
         Relative eigenvalue tolerance: λ_k < tol * λ_max joins the null space.
     method : {"auto", "svd", "gram"}
         ``"svd"``: thin SVD of E (LAPACK gesdd), O(n d min(n, d)). ``"gram"``: ``eigh`` of the
-        smaller Gram matrix (EᵀE when d ≤ n, else E Eᵀ), then U = E V / σ. ``"auto"`` picks
-        ``"gram"``, measured fastest at equal accuracy (see ``benchmarks/bench_qre.py``).
+        smaller Gram matrix (EᵀE when d ≤ n, else E Eᵀ), then U = E V / σ plus one QR pass.
+        ``"auto"`` picks ``"svd"``: measured faster here at every size (n = 10,000: 1.15 s vs
+        2.05 s at d = 768, 34 s vs 43 s at d = 4096) and more accurate.
     name : str
         Encoder id or file, for error messages.
 
@@ -98,7 +99,7 @@ def factor_pip(
     tol = check_tol(tol)
     A = check_embeddings(E, name)
     if method == "auto":
-        method = "gram"
+        method = "svd"
     n, d = A.shape
     if method == "svd":
         U, s, _ = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
