@@ -110,7 +110,7 @@ def run(cmd: str, cwd: Path, check: bool = True) -> subprocess.CompletedProcess:
 def make_project(root: Path, params: dict, git: bool = False) -> Path:
     """Copy the workflow (not the data) into ``root`` with the given params."""
     root.mkdir(parents=True, exist_ok=True)
-    for name in ("Snakefile", "dvc.yaml", "rules", "scripts", "schemas", "profiles"):
+    for name in ("Snakefile", "dvc.yaml", "rules", "scripts", "schemas", "profiles", "envs", "requirements"):
         src = REPO / name
         if src.is_dir():
             shutil.copytree(src, root / name, ignore=shutil.ignore_patterns("__pycache__"))
