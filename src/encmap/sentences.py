@@ -379,9 +379,15 @@ def read_sentences(path: str | Path) -> list[str]:
     return text.splitlines()
 
 
-def file_sha256(path: str | Path) -> str:
-    h = hashlib.sha256()
+def update_sha256(h: "hashlib._Hash", path: str | Path) -> None:
+    """Feed a file into a running sha256, 1 MiB at a time."""
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of one file's bytes."""
+    h = hashlib.sha256()
+    update_sha256(h, path)
     return h.hexdigest()
