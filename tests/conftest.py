@@ -62,7 +62,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200) -> dict:
         "embed": {"device": "cpu"},
         "models": {
             "tiny-st": {"backend": "sentence-transformers", "source": f"path:{model_dir}", "layers": "all",
-                        "pooling": ["mean", "cls"], "output": True, "dims": [8], "init": "pretrained",
+                        "num_layers": 2, "pooling": ["mean", "cls"], "output": True, "dims": [8], "init": "pretrained",
                         **tr, "meta": meta},
             "tiny-rand": {"backend": "transformers", "source": f"path:{model_dir}", "layers": [2],
                           "pooling": ["max"], "init": "random", **tr, "meta": meta | {"kind": "control"}},

@@ -73,6 +73,14 @@ def validate_params(params: Any, where: str = "params") -> None:
     expand_encoders(params["models"])
 
 
+# Per-encoder artifacts (Snakemake outputs of rules pip and features); one file per encoder
+# inside a directory per model, which is what DVC tracks.
+LAYOUT = {
+    "pip": "results/pip/{model}/{encoder}.h5",
+    "features": "results/features/encoders/{model}/{encoder}.h5",
+}
+
+
 @dataclass(frozen=True)
 class Variant:
     """One encoder derived from a model: a layer x pooling, or the model's output, maybe truncated."""
@@ -87,13 +95,12 @@ class Variant:
         return asdict(self)
 
 
-def model_variants(model: str, spec: dict, n_layers: int | None = None) -> list[Variant]:
-    """Variants of one model entry.
+def model_variants(model: str, spec: dict) -> list[Variant]:
+    """Variants of one model entry, known from params alone.
 
-    Parameters
-    ----------
-    n_layers : int, optional
-        Number of transformer layers, needed when ``layers: all`` (hidden states 0..n_layers).
+    ``layers: all`` expands to hidden states ``0..num_layers``; ``num_layers`` is written in the
+    entry (and checked against the checkpoint when embedding), so every encoder id, and thus every
+    per-encoder job, is known before anything runs.
     """
     check_id(model, "model id")
     backend = spec["backend"]
@@ -107,7 +114,10 @@ def model_variants(model: str, spec: dict, n_layers: int | None = None) -> list[
     if backend in ("sentence-transformers", "transformers"):
         layers = spec["layers"]
         if layers == "all":
-            layers = list(range(n_layers + 1)) if n_layers is not None else []
+            if "num_layers" not in spec:
+                raise EncmapError(f"model {model!r}: 'layers: all' needs 'num_layers' (the checkpoint's "
+                                  "transformer layers), so its encoders are known before embedding")
+            layers = list(range(spec["num_layers"] + 1))
         out.extend(Variant(f"{model}__l{layer:02d}-{p}", model, layer, p, None)
                    for layer in layers for p in spec["pooling"])
         if spec.get("output", False):
@@ -128,10 +138,7 @@ def model_variants(model: str, spec: dict, n_layers: int | None = None) -> list[
 
 
 def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:
-    """All encoders of all models whose variants are known from params alone, by id.
-
-    ``layers: all`` is resolved at embedding time; here it contributes no layer ids.
-    """
+    """All encoders of all models, by id (unique across models)."""
     seen: dict[str, Variant] = {}
     for model, spec in models.items():
         for v in model_variants(model, spec):

@@ -188,7 +188,10 @@ def _embed_transformer(model: str, spec: dict, texts: list[str], device: str) ->
     tok = AutoTokenizer.from_pretrained(ref, revision=rev)
     net = net.to(device).eval()
     n_layers = int(net.config.num_hidden_layers)
-    variants = model_variants(model, spec, n_layers=n_layers)
+    if spec["layers"] == "all" and spec["num_layers"] != n_layers:
+        raise EncmapError(f"model {model!r}: params say num_layers: {spec['num_layers']} but the checkpoint "
+                          f"{ref} has {n_layers} layers; write num_layers: {n_layers}")
+    variants = model_variants(model, spec)
     bad = [v.layer for v in variants if v.layer is not None and v.layer > n_layers]
     if bad:
         raise EncmapError(f"model {model!r}: layer {bad[0]} requested but the model has hidden states 0..{n_layers}")
