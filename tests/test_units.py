@@ -26,6 +26,27 @@ def test_detokenize_brown_tokens():
     assert sentences.detokenize(["Costs", "(", "in", "$", "5", ")", "rose", "."]) == "Costs (in $5) rose."
 
 
+def test_wiki_templates_rendered_deleted_or_dropped(tmp_path):
+    ex = sentences.expand_templates
+    assert ex("An area of {{convert|661,848|km2|sqmi|abbr=on}} here.") == "An area of 661,848 km2 here."
+    assert ex("From {{convert|1|to|5|km}} away.") == "From 1 to 5 km away."
+    assert ex("Said {{lang|fr|bonjour}} twice.{{sfn|Smith|2001|p=3}}") == "Said bonjour twice."
+    assert ex("Seen {{as of|2011|lc=y}} and {{nowrap|{{formatnum:4067175}}}} times.") == "Seen as of 2011 and 4067175 times."
+    assert ex("{{Infobox city|area={{convert|5|km2}}\n|pop=3}}\nProse.") == "\nProse."  # a block template goes
+    assert "\ue000" in ex("The {{unknown thing|x}} value.") and "\ue000" in ex("Mean of <math>a</math> is.")
+    # Through the reader: holes drop their sentence, rendered templates keep theirs.
+    import bz2
+
+    page = ('<mediawiki xmlns="http://www.mediawiki.org/xml/export-0.10/"><page>'
+            "<title>T</title><ns>0</ns><id>1</id><revision><text>"
+            "Alberta has an area of {{convert|661,848|km2}} in all. It lies west of {{unknown|x}} here. "
+            "The mean of &lt;math&gt;a&lt;/math&gt; and b is high.</text></revision></page></mediawiki>")
+    f = tmp_path / "w.xml.bz2"
+    f.write_bytes(bz2.compress(page.encode()))
+    got = [c.text for c in sentences.read_gensim_wiki("w", str(f))]
+    assert got == ["Alberta has an area of 661,848 km2 in all."], got
+
+
 def test_filters_and_cleaning():
     keep = lambda t: sentences.keep(t, 6, 40, 0.8)  # noqa: E731
     assert keep("The river flows quietly through the old town.")
@@ -119,11 +140,11 @@ def test_hf_dataset_source_uses_datasets(monkeypatch):
 def test_default_params_valid_and_count_encoders():
     p = config.load_params(REPO / "params.yaml")
     enc = config.expand_encoders(p["models"])
-    # minilm-l6 uses `layers: all` (resolved at embedding time: 7 hidden states x 3 poolings).
-    assert len(enc) + 7 * 3 >= 40
     from encmap.validation import SAFE_ID
 
-    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 31
+    # minilm-l6: `layers: all` with num_layers 6 -> 7 hidden states x 3 poolings + 4 output variants.
+    assert sum(v.model == "minilm-l6" for v in enc.values()) == 7 * 3 + 4
+    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 52
 
 
 def test_params_errors_name_the_key(tmp_path):
@@ -152,6 +173,10 @@ def test_variant_ids():
     assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l02-mean", "m-1__l02-max", "m-1__out", "m-1__out-d16"]
     with pytest.raises(EncmapError, match="path-safe"):
         config.model_variants("../etc", spec)
+    with pytest.raises(EncmapError, match=r"model 'm-1': 'layers: all' needs 'num_layers'"):
+        config.model_variants("m-1", spec | {"layers": "all"})
+    ids = [v.id for v in config.model_variants("m-1", spec | {"layers": "all", "num_layers": 1, "output": False})]
+    assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l01-mean", "m-1__l01-max"]
 
 
 # --------------------------------------------------------------------------- devices, pooling
@@ -230,10 +255,12 @@ def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
 
     texts = ["The city.", "A king wrote a book about music and art in the year of the war.", "Water is life."]
     spec = {"backend": "transformers", "source": f"path:{tiny_bert}", "revision": None, "max_seq_length": 64,
-            "batch_size": 2, "prompt": "", "layers": "all", "pooling": ["mean", "cls", "max"], "init": "pretrained",
-            "seed": 0}
+            "batch_size": 2, "prompt": "", "layers": "all", "num_layers": 2, "pooling": ["mean", "cls", "max"],
+            "init": "pretrained", "seed": 0}
     res = models.embed_model("t", spec, texts)
     assert len(res.variants) == 3 * 3
+    with pytest.raises(EncmapError, match=r"model 't': params say num_layers: 3 but the checkpoint .* has 2 layers"):
+        models.embed_model("t", spec | {"num_layers": 3}, texts)
     tok, net = AutoTokenizer.from_pretrained(tiny_bert), AutoModel.from_pretrained(tiny_bert).eval()
     for i, t in enumerate(texts):
         with torch.inference_mode():
@@ -276,3 +303,25 @@ def test_onnx_backend_matches_unbatched_session():
                                                       if k in ("input_ids", "attention_mask")})[0] for t in texts])
     assert res.arrays["p__out"].shape == (3, 384)
     assert np.allclose(res.arrays["p__out"], ref, atol=1e-5)
+
+
+# --------------------------------------------------------------------------- cli
+
+def test_cli_targets_encoders_and_errors(tmp_path, capsys):
+    from encmap import cli
+
+    params = REPO / "params.yaml"
+    assert cli.main(["--params", str(params), "targets", "pip", "tfidf-svd"]) == 0
+    assert capsys.readouterr().out.split() == ["results/pip/tfidf-svd/tfidf-svd__d128.h5",
+                                               "results/pip/tfidf-svd/tfidf-svd__d512.h5"]
+    assert cli.main(["--params", str(params), "targets", "features"]) == 0
+    assert len(capsys.readouterr().out.split()) == 52
+    assert cli.main(["--params", str(params), "encoders"]) == 0
+    assert "minilm-l6__l06-cls\tminilm-l6\t6\tcls\tNone" in capsys.readouterr().out
+    assert cli.main(["--params", str(params), "targets", "pip", "nope"]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
+    assert cli.main(["--params", str(tmp_path / "missing.yaml"), "check"]) == 2
+    assert "params file not found" in capsys.readouterr().err
+    write_h5(tmp_path / "a.h5", {"x": np.zeros(2)}, {"encoder_id": "e"})
+    assert cli.main(["show", str(tmp_path / "a.h5")]) == 0
+    assert json.loads(capsys.readouterr().out)["encoder_id"] == "e"

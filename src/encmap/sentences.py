@@ -62,6 +62,69 @@ def gensim_wiki_path() -> Path:
             / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
 
 
+# Inline templates. gensim's filter_wiki deletes every {{...}}, which leaves holes in prose
+# ("an area of and a population of"). Before it runs: templates whose text is part of the
+# sentence are rendered, reference/maintenance templates are deleted (they stand outside the
+# prose), and any other inline template becomes a marker that drops its sentence.
+_HOLE = "\ue000"
+_TEMPLATE = re.compile(r"\{\{([^{}]*)\}\}")
+_MATH = re.compile(r"<(math|chem|ce|score)\b[^>]*>.*?</\1\s*>", re.S | re.I)
+_RANGE_WORDS = {"-": "–", "–": "–", "to": "to", "and": "and", "or": "or", "by": "by", "x": "×"}
+_DELETE = ("cite", "citation", "harv", "sfn", "rp", "refn", "efn", "ref", "dead link", "clarify",
+           "page needed", "wayback", "webarchive", "by whom", "who?", "when?", "according to whom",
+           "vague", "dubious", "update", "failed verification", "better source", "full citation",
+           "main", "see also", "further", "reflist", "use ", "authority control", "r from", "short description",
+           "good article", "featured article", "pp-", "sic", "anchor", "toc", "-", "clear", "flagicon")
+
+
+def _render_template(body: str) -> str:
+    """The prose of one template (no nested templates left), or "" or the drop marker."""
+    parts = [p.strip() for p in body.split("|")]
+    name = parts[0].lower().replace("_", " ")
+    pos = [p for p in parts[1:] if "=" not in p]  # positional arguments
+    if name in ("convert", "cvt") and len(pos) >= 2:
+        if len(pos) >= 4 and pos[1] in _RANGE_WORDS:  # {{convert|1|to|5|km}}
+            return f"{pos[0]} {_RANGE_WORDS[pos[1]]} {pos[2]} {pos[3]}"
+        return f"{pos[0]} {pos[1]}"
+    if name.startswith("formatnum:"):
+        return parts[0].split(":", 1)[1]
+    if (name == "lang" or name == "transl") and len(pos) >= 2:
+        return pos[-1]
+    if name.startswith("lang-") and pos:
+        return pos[0]
+    if name in ("nowrap", "small", "sc", "smallcaps", "nihongo", "nobr") and pos:
+        return pos[0]
+    if name == "as of" and pos:
+        return f"{parts[0].strip()[:5]} {' '.join(pos[:3])}"  # keeps "As of" / "as of"
+    if name == "'s":
+        return "'s"
+    if name.startswith(_DELETE):
+        return ""
+    return _HOLE
+
+
+def expand_templates(wikitext: str) -> str:
+    """Render or delete inline templates, innermost first; block templates are deleted.
+
+    A template that starts its line (an infobox, a navbox, a hatnote) is not prose and goes;
+    one inside a line is rendered by :func:`_render_template`.
+    """
+    def sub(m: re.Match) -> str:
+        line_start = wikitext_now.rfind("\n", 0, m.start()) + 1
+        if not wikitext_now[line_start:m.start()].strip():
+            return ""
+        return _render_template(m.group(1))
+
+    # Formulas are deleted by filter_wiki too, and their sentence would read "the mean of and is".
+    wikitext_now = _MATH.sub(_HOLE, wikitext)
+    for _ in range(20):  # nesting depth
+        new = _TEMPLATE.sub(sub, wikitext_now)
+        if new == wikitext_now:
+            break
+        wikitext_now = new
+    return wikitext_now
+
+
 def read_gensim_wiki(name: str, path: str | None = None) -> Iterator[Candidate]:
     """Article sentences from a Wikipedia XML dump (default: gensim's bundled sample)."""
     from gensim.corpora.wikicorpus import extract_pages, filter_wiki
@@ -73,14 +136,15 @@ def read_gensim_wiki(name: str, path: str | None = None) -> Iterator[Candidate]:
         for title, text, _pageid in extract_pages(fh, filter_namespaces=("0",)):
             if not text or text.lstrip().lower().startswith("#redirect"):
                 continue
-            plain = filter_wiki(text)
+            plain = filter_wiki(expand_templates(text))
             for para in plain.split("\n"):
                 para = para.strip()
                 # Headings, list items, tables and leftovers of templates are not prose.
                 if not para or para[0] in "=*#|!{:;" or para.startswith("Category:"):
                     continue
                 for s in split_sentences(re.sub(r"\s+", " ", para)):
-                    yield Candidate(s, name, "wikipedia", title)
+                    if _HOLE not in s:
+                        yield Candidate(s, name, "wikipedia", title)
 
 
 def read_wordnet(name: str, path: str | None = None) -> Iterator[Candidate]:
