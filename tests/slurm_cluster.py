@@ -1,0 +1,129 @@
+"""A throw-away single-node SLURM cluster (Debian slurm-wlm + munge, run as root) for tests.
+
+Everything it writes (config, state, spool, logs, pid files) lives in one directory. slurmd runs
+"configless" (it fetches the config from slurmctld and links it at /run/slurm/conf), so commands
+inside jobs find the cluster too: Snakemake's jobstep plugin strips SLURM_CONF before its srun.
+A fake GPU (``File=/dev/null``) lets ``--gpus=1`` jobs schedule.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
+RUN_CONF = Path("/run/slurm/conf")  # where a configless slurmd links the config it fetched
+
+
+def missing() -> str | None:
+    """Why a cluster cannot start here, or None."""
+    for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
+        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
+            return f"{tool} not installed (apt-get install slurm-wlm munge)"
+    if os.geteuid() != 0:
+        return "slurmd must run as root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _sbin(tool: str) -> str:
+    return shutil.which(tool) or f"/usr/sbin/{tool}"
+
+
+class Cluster:
+    """Start with :meth:`start`, stop with :meth:`stop`; ``env`` has ``SLURM_CONF`` set."""
+
+    def __init__(self, root: Path, mem_mb: int = 8000):
+        self.root, self.mem_mb = root, mem_mb
+        self.conf = root / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self._started_munge = False
+        self.host, self.port = socket.gethostname().split(".")[0], _free_port()
+
+    def _write_conf(self) -> None:
+        host, r = self.host, self.root
+        for d in ("state", "spool", "log"):
+            (r / d).mkdir(parents=True, exist_ok=True)
+        cpus = os.cpu_count() or 1
+        self.conf.write_text(f"""ClusterName=encmaptest
+SlurmctldHost={host}
+SlurmUser=root
+SlurmdUser=root
+AuthType=auth/munge
+MpiDefault=none
+StateSaveLocation={r}/state
+SlurmdSpoolDir={r}/spool
+SlurmctldPidFile={r}/slurmctld.pid
+SlurmdPidFile={r}/slurmd.pid
+SlurmctldLogFile={r}/log/slurmctld.log
+SlurmdLogFile={r}/log/slurmd.log
+SlurmctldPort={self.port}
+SlurmctldParameters=enable_configless
+SlurmdPort={_free_port()}
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+MinJobAge=600
+ReturnToService=2
+GresTypes=gpu
+NodeName={host} CPUs={cpus} RealMemory={self.mem_mb} Gres=gpu:1 State=UNKNOWN
+PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
+""")
+        (r / "gres.conf").write_text(f"AutoDetect=off\nNodeName={host} Name=gpu File=/dev/null\n")
+
+    def start(self, timeout: float = 60) -> "Cluster":
+        self._write_conf()
+        if not MUNGE_SOCKET.exists():
+            MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+            shutil.chown(MUNGE_SOCKET.parent, "munge", "munge")
+            subprocess.run([_sbin("munged"), "--force"], check=True, capture_output=True)
+            self._started_munge = True
+        if RUN_CONF.is_symlink() or RUN_CONF.exists():
+            raise RuntimeError(f"{RUN_CONF} exists: another configless slurmd runs here")
+        subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, capture_output=True)
+        subprocess.run([_sbin("slurmd"), "--conf-server", f"{self.host}:{self.port}"], check=True,
+                       capture_output=True, env={k: v for k, v in self.env.items() if k != "SLURM_CONF"})
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            p = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env, capture_output=True, text=True)
+            if p.returncode == 0 and p.stdout.strip() == "idle":
+                return self
+            time.sleep(1)
+        self.stop()
+        raise RuntimeError(f"SLURM node not idle after {timeout}s; logs in {self.root / 'log'}")
+
+    def jobs(self) -> list[dict[str, str]]:
+        """Every job the controller still remembers (finished ones for MinJobAge seconds)."""
+        p = subprocess.run(["scontrol", "show", "job", "-o"], env=self.env, capture_output=True, text=True)
+        out = []
+        for line in p.stdout.splitlines():
+            if line.strip() and not line.startswith("No jobs"):
+                out.append(dict(kv.split("=", 1) for kv in line.split() if "=" in kv))
+        return out
+
+    def stop(self) -> None:
+        pids = [self.root / "slurmd.pid", self.root / "slurmctld.pid"]
+        if self._started_munge:
+            pids.append(MUNGE_SOCKET.parent / "munged.pid")
+        for pid in pids:
+            if pid.exists():
+                try:
+                    os.kill(int(pid.read_text().strip()), signal.SIGTERM)
+                except (ProcessLookupError, ValueError):
+                    pass
+        time.sleep(1)
+        if RUN_CONF.is_symlink() and str(self.root) in os.readlink(RUN_CONF):
+            RUN_CONF.unlink()

@@ -1,0 +1,72 @@
+"""DVC stages sent through a real single-node SLURM by the repo's profile (DESIGN.md §4).
+
+Needs Debian's slurm-wlm and munge and root (`.ci/run` installs them and sets
+ENCMAP_REQUIRE_SLURM=1, so there a missing cluster fails instead of skipping).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import make_project, run, tiny_params, tree_hashes, write_user_file
+from slurm_cluster import Cluster, missing
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    why = missing()
+    if why:
+        if os.environ.get("ENCMAP_REQUIRE_SLURM"):
+            pytest.fail(f"ENCMAP_REQUIRE_SLURM is set but {why}")
+        pytest.skip(why)
+    c = Cluster(tmp_path_factory.mktemp("slurm")).start()
+    yield c
+    c.stop()
+
+
+def small_params(tmp_path: Path, tiny_bert: Path) -> dict:
+    params = tiny_params(tiny_bert, write_user_file(tmp_path / "mine.txt"), n=120)
+    st = params["models"]["tiny-st"] | {"layers": [2], "pooling": ["mean"], "dims": []}
+    params["models"] = {"tiny-st": st, "gauss": params["models"]["gauss"]}
+    return params
+
+
+def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
+    params = small_params(tmp_path, tiny_bert)
+    local = make_project(tmp_path / "local", params, git=True)
+    run("dvc repro", local)
+
+    proj = make_project(tmp_path / "slurm", params, git=True)
+    # The repo's profile, with resources this one small node can grant and a short first poll.
+    prof = yaml.safe_load((proj / "profiles/slurm/config.yaml").read_text())
+    assert prof["executor"] == "slurm" and prof["slurm-status-command"] == "squeue"
+    prof["default-resources"].update(mem_mb=1000, cpus_per_task=1, runtime=30)
+    prof["set-resources"]["embed"].update(mem_mb=2000, cpus_per_gpu=1)
+    prof["slurm-init-seconds-before-status-checks"] = 2
+    (proj / "profiles/slurm-test").mkdir()
+    (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
+    monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
+    before = {j["JobId"] for j in cluster.jobs()}
+    run("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", proj)
+
+    # Same bytes, same dvc.lock: where a stage ran does not change what DVC records.
+    assert tree_hashes(proj, "data", "results") == tree_hashes(local, "data", "results")
+    assert (proj / "dvc.lock").read_text() == (local / "dvc.lock").read_text()
+    assert "up to date" in run("dvc status", proj).stdout
+
+    jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
+    assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
+    # The plugin tags each sbatch job with its rule: one embed per model, pip and features per encoder.
+    rules = Counter(re.match(r"rule_([a-z]+)", j.get("Comment", "")).group(1) for j in jobs)
+    assert rules == {"curate": 1, "embed": 2, "pip": 3, "features": 3, "qre": 1}, jobs
+    # Only the transformer's embed job asked for a GPU (resources: gpu=1 -> sbatch --gpus=1).
+    gpu = [j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", "")]
+    assert len(gpu) == 1 and gpu[0].startswith("rule_embed_wildcards_tiny-st"), gpu
