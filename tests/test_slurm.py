@@ -50,6 +50,8 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     assert prof["executor"] == "slurm" and prof["slurm-status-command"] == "squeue"
     prof["default-resources"].update(mem_mb=1000, cpus_per_task=1, runtime=30)
     prof["set-resources"]["embed"].update(mem_mb=2000, cpus_per_gpu=1)
+    for rule in ("pip", "features"):
+        prof["set-resources"][rule].update(mem_mb=1000)
     prof["slurm-init-seconds-before-status-checks"] = 2
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
