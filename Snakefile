@@ -16,5 +16,5 @@ rule all:
     input:
         SENTENCES,
         expand("results/embeddings/{model}", model=MODELS),
-        per_encoder(LAYOUT["pip"]),
+        PIPS,
         "results/features/qre.h5",

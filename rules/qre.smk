@@ -18,7 +18,7 @@ rule features:
 
 rule qre:
     input:
-        per_encoder(LAYOUT["features"]),
+        FEATURES,
     output:
         features="results/features/qre.h5",
         metrics="results/features/metrics.json",

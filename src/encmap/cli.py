@@ -7,20 +7,9 @@ import sys
 
 from .validation import EncmapError
 
-def targets(params: dict, stage: str, models: list[str]) -> list[str]:
-    """Snakemake targets of ``stage`` for the given models (all models when empty)."""
-    from .config import LAYOUT, expand_encoders
-
-    unknown = sorted(set(models) - set(params["models"]))
-    if unknown:
-        raise EncmapError(f"unknown model {unknown[0]!r}; params.yaml has {sorted(params['models'])}")
-    enc = expand_encoders(params["models"])
-    keep = set(models or params["models"])
-    return [LAYOUT[stage].format(model=v.model, encoder=e) for e, v in sorted(enc.items()) if v.model in keep]
-
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import LAYOUT, expand_encoders, load_params
+    from .config import LAYOUT, artifact_paths, expand_encoders, load_params
 
     ap = argparse.ArgumentParser(prog="encmap", description=__doc__)
     ap.add_argument("--params", default="params.yaml", help="params file (default: %(default)s)")
@@ -46,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
             for e, v in sorted(expand_encoders(params["models"]).items()):
                 print("\t".join(str(x) for x in (e, v.model, v.layer, v.pooling, v.dim)))
         else:
-            print("\n".join(targets(params, args.stage, args.models)))
+            print("\n".join(artifact_paths(params["models"], args.stage, args.models)))
     except (EncmapError, OSError) as e:
         print(f"encmap: error: {e}", file=sys.stderr)
         return 2

@@ -148,6 +148,19 @@ def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:
     return seen
 
 
+def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None = None) -> list[str]:
+    """Per-encoder artifact paths of ``stage`` (a key of :data:`LAYOUT`), sorted by encoder id.
+
+    ``only``: restrict to these model ids (unknown ids are an error naming them).
+    """
+    unknown = sorted(set(only or ()) - set(models))
+    if unknown:
+        raise EncmapError(f"unknown model {unknown[0]!r}; params have {sorted(models)}")
+    keep = set(only or models)
+    return [LAYOUT[stage].format(model=v.model, encoder=e)
+            for e, v in sorted(expand_encoders(models).items()) if v.model in keep]
+
+
 def check_snakemake_config(config: dict, configfiles: list) -> None:
     """Validate the config Snakemake loaded: each file for duplicate keys, then the merge."""
     for f in configfiles:

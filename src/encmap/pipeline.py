@@ -121,16 +121,20 @@ def load_spectrum(path: str | Path):
     return spectrum_from_arrays(data["U"], data["lam"], attrs["trace"]), attrs
 
 
-def features_step(pip_file: str, out: str, *, direction: str, eps: float) -> None:
+def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
     """QRE features (n,) of one encoder from its stored factored PIP."""
+    from threadpoolctl import threadpool_limits
+
     from .qre import qre_features, qre_to_base
 
     spec, attrs = load_spectrum(pip_file)
-    feats = qre_features(spec, direction=direction, eps=eps)
+    with threadpool_limits(threads):
+        feats = qre_features(spec, direction=direction, eps=eps)
+        to_base = qre_to_base(spec, direction=direction, eps=eps)
     write_h5(out, {"features": feats}, {
         "encoder_id": attrs["encoder_id"], "model": attrs["model"], "encoder": attrs["encoder"],
         "sentences_sha256": attrs["sentences_sha256"], "direction": direction, "eps": eps,
-        "qre_to_base": qre_to_base(spec, direction=direction, eps=eps), "encmap_version": __version__,
+        "qre_to_base": to_base, "encmap_version": __version__,
     })
 
 
