@@ -23,7 +23,7 @@ RUN_CONF = Path("/run/slurm/conf")  # where a configless slurmd links the config
 def missing() -> str | None:
     """Why a cluster cannot start here, or None."""
     for tool in ("munged", "slurmctld", "slurmd", "sbatch", "squeue"):
-        if not (shutil.which(tool) or Path("/usr/sbin", tool).exists()):
+        if not Path(_sbin(tool)).exists():
             return f"{tool} not installed (apt-get install slurm-wlm munge)"
     if os.geteuid() != 0:
         return "slurmd must run as root"

@@ -103,26 +103,22 @@ def _render_template(body: str) -> str:
     return _HOLE
 
 
+def _inline_template(text: str, m: re.Match) -> str:
+    """A template starting its line (infobox, navbox, hatnote) is not prose and goes."""
+    line_start = text.rfind("\n", 0, m.start()) + 1
+    return _render_template(m.group(1)) if text[line_start:m.start()].strip() else ""
+
+
 def expand_templates(wikitext: str) -> str:
-    """Render or delete inline templates, innermost first; block templates are deleted.
-
-    A template that starts its line (an infobox, a navbox, a hatnote) is not prose and goes;
-    one inside a line is rendered by :func:`_render_template`.
-    """
-    def sub(m: re.Match) -> str:
-        line_start = wikitext_now.rfind("\n", 0, m.start()) + 1
-        if not wikitext_now[line_start:m.start()].strip():
-            return ""
-        return _render_template(m.group(1))
-
+    """Render or delete templates, innermost first (see :func:`_render_template`)."""
     # Formulas are deleted by filter_wiki too, and their sentence would read "the mean of and is".
-    wikitext_now = _MATH.sub(_HOLE, wikitext)
+    text = _MATH.sub(_HOLE, wikitext)
     for _ in range(20):  # nesting depth
-        new = _TEMPLATE.sub(sub, wikitext_now)
-        if new == wikitext_now:
+        new = _TEMPLATE.sub(lambda m: _inline_template(text, m), text)
+        if new == text:
             break
-        wikitext_now = new
-    return wikitext_now
+        text = new
+    return text
 
 
 def read_gensim_wiki(name: str, path: str | None = None) -> Iterator[Candidate]:
