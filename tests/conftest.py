@@ -22,7 +22,8 @@ WORDS = ("the a of and to in is was for on with as by at from that this it he sh
 def build_tiny_bert(path: Path, *, seed: int = 0, layers: int = 2, corrupt: str | None = None) -> Path:
     """Save a randomly initialised 32-d BERT with a WordPiece vocab written from text.
 
-    ``corrupt``: "nan" fills the weights with NaN, "zero" with zeros (a broken checkpoint).
+    ``corrupt``: "nan" fills the weights with NaN, "zero" with zeros, "vocab" saves a tokenizer
+    that knows only its special tokens (every word becomes [UNK]): broken checkpoints.
     """
     import torch
     from transformers import BertConfig, BertModel, BertTokenizerFast
@@ -32,13 +33,17 @@ def build_tiny_bert(path: Path, *, seed: int = 0, layers: int = 2, corrupt: str 
         c for c in "abcdefghijklmnopqrstuvwxyz0123456789.,;:!?'\"()-"] + [
         "##" + c for c in "abcdefghijklmnopqrstuvwxyz0123456789"]
     (path / "vocab.txt").write_text("\n".join(vocab) + "\n")
-    tok = BertTokenizerFast(vocab_file=str(path / "vocab.txt"), do_lower_case=True)
+    # transformers 5 takes the vocabulary itself (`vocab_file=` is ignored: every token became [UNK]).
+    tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab)}, do_lower_case=True)
+    assert tok.tokenize("The city")[0] == "the", "tiny BERT tokenizer lost its vocabulary"
+    if corrupt == "vocab":
+        tok = BertTokenizerFast(vocab={w: i for i, w in enumerate(vocab[:5])}, do_lower_case=True)
     tok.save_pretrained(path)
     torch.manual_seed(seed)
     cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
                      intermediate_size=64, max_position_embeddings=128)
     model = BertModel(cfg)
-    if corrupt:
+    if corrupt in ("nan", "zero"):
         with torch.no_grad():
             for p in model.parameters():
                 p.fill_(float("nan") if corrupt == "nan" else 0.0)
@@ -51,27 +56,57 @@ def tiny_bert(tmp_path_factory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")
 
 
-def tiny_params(model_dir: Path, user_file: Path, n: int = 200) -> dict:
+def build_tiny_st(path: Path, bert_dir: Path, pooling: str = "cls") -> Path:
+    """A sentence-transformers model with its own tail: Transformer -> Pooling(cls) -> Normalize.
+
+    Its output (``__out``) is then neither a plain layer variant nor unit-free: CLS of the last
+    layer, normalised to unit length.
+    """
+    from sentence_transformers.base.modules import Normalize, Transformer
+    from sentence_transformers.sentence_transformer.modules import Pooling
+    from sentence_transformers import SentenceTransformer
+
+    t = Transformer(str(bert_dir), max_seq_length=64)
+    st = SentenceTransformer(modules=[t, Pooling(t.get_embedding_dimension(), pooling_mode=pooling), Normalize()],
+                             device="cpu")
+    st.save(str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_st(tmp_path_factory, tiny_bert) -> Path:
+    return build_tiny_st(tmp_path_factory.mktemp("models") / "tiny-st", tiny_bert)
+
+
+TFIDF = {"lowercase": True, "sublinear_tf": True, "min_df": 1, "max_df": 1.0, "ngram_range": [1, 1], "norm": "l2"}
+
+
+def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | None = None) -> dict:
+    """Four models: a sentence-transformers model with Pooling + Normalize (``st_dir``, else the
+    bare BERT with sentence-transformers' default mean pooling), a random control, LSA, Gaussian."""
     meta = {"family": "tiny", "architecture": "bert", "parameters": 1000, "languages": ["en"],
             "objective": "none", "kind": "pretrained"}
     tr = {"revision": None, "max_seq_length": 64, "batch_size": 16, "prompt": "", "seed": 0}
+    out = {"dims": [], "renormalize_truncated": True}
     return {
         "sentences": {"set": "tiny", "n": n, "seed": 0, "min_words": 6, "max_words": 40, "min_alpha": 0.8,
                       "sources": [{"name": "wiki", "kind": "gensim-wiki", "path": None, "weight": 1.0},
-                                  {"name": "mine", "kind": "file", "path": str(user_file), "weight": 1.0}]},
-        "embed": {"device": "cpu"},
+                                  {"name": "mine", "kind": "file", "path": str(user_file), "weight": 1.0,
+                                   "text_field": "text"}]},
+        "embed": {"device": "cpu", "degenerate": "error"},
         "models": {
-            "tiny-st": {"backend": "sentence-transformers", "source": f"path:{model_dir}", "layers": "all",
-                        "num_layers": 2, "pooling": ["mean", "cls"], "output": True, "dims": [8], "init": "pretrained",
-                        **tr, "meta": meta},
+            "tiny-st": {"backend": "sentence-transformers", "source": f"path:{st_dir or model_dir}", "layers": "all",
+                        "num_layers": 2, "pooling": ["mean", "cls"], "output": True, "dims": [8],
+                        "renormalize_truncated": True, "init": "pretrained", **tr, "meta": meta},
             "tiny-rand": {"backend": "transformers", "source": f"path:{model_dir}", "layers": [2],
                           "pooling": ["max"], "init": "random", **tr, "meta": meta | {"kind": "control"}},
             "lsa": {"backend": "classical", "method": "tfidf-svd", "dims": [8, 16], "seed": 0,
+                    "tfidf": TFIDF, "svd": {"algorithm": "arpack", "n_iter": 5},
                     "meta": meta | {"kind": "classical"}},
-            "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "seed": 0,
+            "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "seed": 0, **out,
                       "meta": meta | {"kind": "control"}},
         },
-        "pip": {"tol": 1e-12, "dense_max_n": 500},
+        "pip": {"tol": 1e-12, "dense_max_n": 500, "center": False, "normalize_rows": False},
         "qre": {"direction": "forward", "eps": 1e-6},
     }
 
@@ -119,10 +154,13 @@ def make_project(root: Path, params: dict, git: bool = False) -> Path:
     # DVC deps name these sources; the installed package is what runs.
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / ".gitignore").write_text(".snakemake/\nlogs/\n")
+    (root / ".gitignore").write_text(".snakemake/\nlogs/\nvendor\n*.tmp\n")
+    # curate's DVC deps name the default sources' own files (the Brown corpus under vendor/).
+    (root / "vendor").symlink_to(REPO / "vendor")
     if git:
-        run("git init -q -b main && dvc init -q && dvc config core.autostage true && git add -A "
-            "&& git commit -qm init", root)
+        run("git init -q -b main && dvc init -q && dvc config core.autostage true", root)
+        shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
+        run("git add -A && git commit -qm init", root)
     return root
 
 
