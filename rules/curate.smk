@@ -3,6 +3,7 @@ rule curate:
         txt=SENTENCES,
         manifest=f"data/sentences/{SET}.manifest.tsv",
         sha=f"data/sentences/{SET}.sha256",
+        sources=f"data/sentences/{SET}.sources.tsv",
     params:
         sentences=config["sentences"],
     conda:

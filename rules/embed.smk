@@ -6,6 +6,7 @@ rule embed:
     params:
         spec=lambda wc: config["models"][wc.model],
         device=config["embed"]["device"],
+        degenerate=config["embed"]["degenerate"],
     conda:
         "../envs/encmap.yaml"
     threads: 8  # scaled down to --cores; torch uses exactly these

@@ -7,6 +7,8 @@ rule pip:
     params:
         tol=config["pip"]["tol"],
         dense_max_n=config["pip"]["dense_max_n"],
+        center=config["pip"]["center"],
+        normalize_rows=config["pip"]["normalize_rows"],
     conda:
         "../envs/encmap.yaml"
     threads: 2  # BLAS threads of the SVD

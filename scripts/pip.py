@@ -5,4 +5,4 @@ from encmap.pipeline import pip_step
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 pip_step(s.input[0], s.wildcards.encoder, s.output[0], tol=s.params.tol, dense_max_n=s.params.dense_max_n,
-         threads=s.threads)
+         center=s.params.center, normalize_rows=s.params.normalize_rows, threads=s.threads)

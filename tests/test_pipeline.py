@@ -22,14 +22,15 @@ def user_file(tmp_path_factory) -> Path:
     return write_user_file(tmp_path_factory.mktemp("user") / "mine.txt")
 
 
-def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, user_file):
-    params = tiny_params(tiny_bert, user_file)
+def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, tiny_st, user_file):
+    # tiny-st has its own Pooling (CLS) and Normalize modules, so __out is its own encoder.
+    params = tiny_params(tiny_bert, user_file, st_dir=tiny_st)
     a = make_project(tmp_path / "a", params)
     b = make_project(tmp_path / "b", params)
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
     counts = dict(re.findall(r"^(embed|pip|features|qre)\s+(\d+)$", plan, re.M))
-    assert counts == {"embed": "4", "pip": "12", "features": "12", "qre": "1"}, plan[-2000:]
+    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
     run("snakemake --cores 2", b)
     ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
@@ -37,12 +38,19 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, user_file
     # The gathered feature matrix: one row per encoder, one column per sentence.
     with h5py.File(a / "results/features/qre.h5", "r") as f:
         F, ids = f["features"][()], [x.decode() for x in f["encoder_ids"][()]]
-        assert F.shape == (len(ids), 200) and len(ids) == 2 * 3 + 2 + 1 + 2 + 1
+        # tiny-st: 3 hidden states x (mean, cls), less CLS of the input embeddings, + __out, __out-d8.
+        assert F.shape == (len(ids), 200) and len(ids) == (3 * 2 - 1 + 2) + 1 + 2 + 1
         assert f.attrs["direction"] == "forward"
     with h5py.File(a / "results/embeddings/tiny-st/tiny-st__l02-mean.h5", "r") as f:
         assert f["embeddings"].dtype == np.float32 and f["embeddings"].shape == (200, 32)
         for key in ("encoder", "provenance", "sentences_sha256", "libraries", "encmap_version"):
             assert key in f.attrs
+    emb = {e: h5py.File(a / f"results/embeddings/tiny-st/tiny-st__{e}.h5", "r")["embeddings"][()]
+           for e in ("out", "out-d8", "l02-cls")}
+    cls = emb["l02-cls"] / np.linalg.norm(emb["l02-cls"], axis=1, keepdims=True)
+    assert np.allclose(emb["out"], cls, atol=1e-6) and not np.allclose(emb["out"], emb["l02-cls"], atol=1e-3)
+    d8 = emb["out"][:, :8] / np.linalg.norm(emb["out"][:, :8], axis=1, keepdims=True)
+    assert np.allclose(emb["out-d8"], d8, atol=1e-6)  # renormalize_truncated: true
     with h5py.File(a / "results/pip/tiny-st/tiny-st__out-d8.h5", "r") as f:
         U, lam = f["U"][()], f["lam"][()]
         assert U.shape == (200, 8) and lam.sum() == pytest.approx(1.0)
@@ -105,13 +113,23 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
+    # Centring the embeddings before the PIP is a pip param: embeddings keep their bytes.
+    out = run("dvc exp run -S pip.center=true", proj).stdout
+    assert {s.split("@")[0] for s in ran(out)} == {"pip", "features", "qre"}, out
+    h3 = tree_hashes(proj, *ARTIFACTS)
+    assert not [k for k in changed(h1, h3) if k.startswith(("results/embeddings", "data/"))]
+    with h5py.File(proj / "results/pip/gauss/gauss__out.h5", "r") as f:
+        assert bool(f.attrs["center"]) and not bool(f.attrs["normalize_rows"])
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
     # Dropping a variant reruns that model only, and its per-encoder files leave every stage.
     out = run("dvc exp run -S 'models.lsa.dims=[8]'", proj).stdout
     assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre"}, out
     for stage in ("embeddings", "pip", "features/encoders"):
         assert sorted(f.name for f in (proj / "results" / stage / "lsa").glob("*.h5")) == ["lsa__d8.h5"], stage
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
-        assert f["features"].shape[0] == 11
+        assert f["features"].shape[0] == 10
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
@@ -190,7 +208,74 @@ def test_broken_encoder_fails_alone(tmp_path, tiny_bert, user_file, corrupt, mat
     assert match in (proj / "logs/embed/broken.log").read_text()
     assert "encoder 'broken__l02-max'" in (proj / "logs/embed/broken.log").read_text()
     assert not (proj / "results/embeddings/broken").exists()
-    assert len(list((proj / "results/pip/tiny-st").glob("*.h5"))) == 8  # the others finished
+    assert len(list((proj / "results/pip/tiny-st").glob("*.h5"))) == 7  # the others finished
+
+
+def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_file):
+    """A real constant encoder: word-piece averages from a checkpoint whose tokenizer lost its
+    vocabulary (every token [UNK]): the same vector for every sentence."""
+    from conftest import build_tiny_bert
+
+    unk = build_tiny_bert(tmp_path / "unk-bert", corrupt="vocab")
+    params = tiny_params(tiny_bert, user_file)
+    params["models"]["unk"] = {"backend": "classical", "method": "static", "source": f"path:{unk}", "revision": None,
+                               "dims": [], "renormalize_truncated": True, "seed": 0,
+                               "meta": params["models"]["gauss"]["meta"]}
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2 --keep-going", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/embed/unk.log").read_text()
+    assert "encoder 'unk__out': zero variance across sentences" in log and "embed.degenerate: drop" in log
+    assert not (proj / "results/embeddings/unk").exists()
+
+    params["embed"]["degenerate"] = "drop"
+    proj = make_project(tmp_path / "q", params)
+    run("snakemake --cores 2", proj)
+    assert "left off the map" in (proj / "logs/embed/unk.log").read_text()
+    with h5py.File(proj / "results/features/qre.h5", "r") as f:
+        ids = [x.decode() for x in f["encoder_ids"][()]]
+        assert "unk__out" not in ids and len(ids) == 11 and "unk__out" in f.attrs["dropped"]
+    assert yaml.safe_load((proj / "results/features/metrics.json").read_text())["dropped_encoders"] == 1
+
+
+def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_file):
+    """SIGKILL while an artifact's temporary file exists: the rerun completes, DVC never tracks
+    the temporary file, and `dvc status` is clean afterwards."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from conftest import env
+
+    params = tiny_params(tiny_bert, user_file)
+    proj = make_project(tmp_path / "proj", params, git=True)
+    run("dvc repro", proj)
+    run("git add -A && git commit -qm results", proj)
+    (proj / "params.yaml").write_text(yaml.safe_dump(_set(params, "models.gauss.seed", 5), sort_keys=False))
+    e = env() | {"ENCMAP_PAUSE_BEFORE_RENAME": "60"}
+    # dvc itself is our child (no shell in between), so that wait() reaps it after the kill: a
+    # zombie would still hold DVC's repository lock (it checks whether the PID exists).
+    job = subprocess.Popen(["dvc", "repro"], cwd=proj, env=e, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    temps: list[Path] = []
+    while not temps and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+        temps = [p for p in (proj / "results").rglob("*.tmp")]
+    assert temps, "no temporary file appeared"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert all(p.exists() for p in temps)  # killed mid-write: the temporary file is still there
+    assert ".tmp" not in run("dvc status --json", proj).stdout
+    out = run("dvc repro", proj).stdout
+    assert "embed@gauss" in ran(out)
+    assert "up to date" in run("dvc status", proj).stdout
+    assert not [p for p in (proj / "results").rglob("*.tmp")]  # the rerun cleared them
+    assert ".tmp" not in run("git status --porcelain --ignored", proj).stdout.replace(".snakemake", "")
+    for manifest in (proj / ".dvc/cache").rglob("*.dir"):  # what DVC tracked, file by file
+        assert not [e["relpath"] for e in json.loads(manifest.read_text()) if e["relpath"].endswith(".tmp")]
 
 
 def test_real_minilm_end_to_end(tmp_path, user_file):

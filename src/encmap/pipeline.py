@@ -18,21 +18,29 @@ from .io import read_h5, write_h5
 from .validation import EncmapError
 
 
-def curate_step(sentences: dict, txt: str, manifest: str, sha: str) -> None:
-    """Build the sentence set described by ``params['sentences']``."""
+def curate_step(sentences: dict, txt: str, manifest: str, sha: str, sources: str | None = None) -> None:
+    """Build the sentence set described by ``params['sentences']``.
+
+    ``sources``: also write a TSV of every file each source was read from, with its sha256
+    (what exactly went in: a Debian wordnet-base update or another Brown release shows here).
+    """
     from itertools import chain
 
-    from .sentences import curate, read_source, write_curated
+    from .io import atomic_write_text
+    from .sentences import curate, read_source, source_files_tsv, write_curated
 
     cands = chain.from_iterable(read_source(s) for s in sentences["sources"])
-    weights = {s["name"]: s.get("weight", 1.0) for s in sentences["sources"]}
+    weights = {s["name"]: s["weight"] for s in sentences["sources"]}
     cs = curate(cands, n=sentences["n"], seed=sentences["seed"], min_words=sentences["min_words"],
                 max_words=sentences["max_words"], min_alpha=sentences["min_alpha"], weights=weights)
+    table = source_files_tsv(sentences["sources"]) if sources else None
     write_curated(cs, txt, manifest, sha)
+    if sources:
+        atomic_write_text(sources, table)
 
 
 def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
-               threads: int | None = None) -> list[str]:
+               threads: int | None = None, degenerate: str = "error") -> list[str]:
     """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
 
     Every variant is computed and checked before anything is written, and the directory is
@@ -42,13 +50,9 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     from .models import embed_model, library_versions
     from .sentences import file_sha256, read_sentences
 
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     texts = read_sentences(sentences_path)
     dev = resolve_device(device)
-    res = embed_model(model, spec, texts, dev)
+    res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
     sha = file_sha256(sentences_path)
 
     def write(tmp: Path) -> None:
@@ -58,6 +62,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
                 "encoder_id": v.id,
                 "model": model,
                 "provenance": res.provenance,
+                "degenerate": res.degenerate.get(v.id, ""),
                 "sentences_sha256": sha,
                 "n": len(texts),
                 "libraries": library_versions(),
@@ -70,9 +75,15 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
 
 
 def _swap_dir(out: Path, write) -> None:
-    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``."""
+    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``.
+
+    Temporary names end in ``.tmp`` (ignored by git and DVC). A job killed mid-write leaves
+    one behind; the next run of the same step removes it.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}."))
+    for stale in out.parent.glob(f".{out.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
         write(tmp)
         tmp.chmod(0o755)  # mkdtemp makes 0700
@@ -90,26 +101,30 @@ def _encoder_file(indir: str | Path, encoder: str, what: str) -> Path:
     return f
 
 
-def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int,
-             threads: int | None = None) -> None:
+#: Attributes that follow an encoder from its embeddings through every per-encoder artifact.
+_CARRIED = ("encoder_id", "encoder", "model", "sentences_sha256", "degenerate")
+
+
+def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int, center: bool,
+             normalize_rows: bool, threads: int | None = None) -> None:
     """Factored PIP (U, λ, trace, rank) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``."""
     from threadpoolctl import threadpool_limits
 
-    from .spectrum import factor_pip
+    from .spectrum import factor_pip, prepare_embeddings
 
     f = _encoder_file(emb_dir, encoder, "embeddings")
     data, attrs = read_h5(f, ["embeddings"])
-    E = data["embeddings"]
+    name = f"encoder {encoder!r} ({f})"
+    E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
     with threadpool_limits(threads):  # the job's share of cores when jobs run side by side
-        spec = factor_pip(E, tol=tol, name=f"encoder {encoder!r} ({f})")
+        spec = factor_pip(E, tol=tol, name=name)
     ds: dict[str, Any] = {"U": spec.U, "lam": spec.lam}
     if E.shape[0] <= dense_max_n:
         ds["pip"] = spec.dense_pip()
-    write_h5(out, ds, {
-        "encoder_id": attrs["encoder_id"], "encoder": attrs["encoder"], "model": attrs["model"],
-        "sentences_sha256": attrs["sentences_sha256"], "n": int(E.shape[0]), "d": int(E.shape[1]),
-        "rank": spec.rank, "trace": spec.trace, "tol": tol, "encmap_version": __version__,
-        "note": "rho = U diag(lam) U^T; PIP = trace * rho",
+    write_h5(out, ds, {k: attrs.get(k, "") for k in _CARRIED} | {
+        "n": int(E.shape[0]), "d": int(E.shape[1]), "rank": spec.rank, "trace": spec.trace, "tol": tol,
+        "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__,
+        "note": "rho = U diag(lam) U^T; PIP = trace * rho (of the embeddings after center / normalize_rows)",
     })
 
 
@@ -131,37 +146,48 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
     with threadpool_limits(threads):
         feats = qre_features(spec, direction=direction, eps=eps)
         to_base = qre_to_base(spec, direction=direction, eps=eps)
-    write_h5(out, {"features": feats}, {
-        "encoder_id": attrs["encoder_id"], "model": attrs["model"], "encoder": attrs["encoder"],
-        "sentences_sha256": attrs["sentences_sha256"], "direction": direction, "eps": eps,
+    write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in _CARRIED} | {
+        "direction": direction, "eps": eps,
         "qre_to_base": to_base, "encmap_version": __version__,
     })
 
 
 def gather_step(feature_files: list[str], out: str, metrics: str | None = None) -> None:
-    """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``."""
+    """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
+
+    Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
+    in the file's ``dropped`` attribute and in the metrics.
+    """
+    import sys
+
     if not feature_files:
         raise EncmapError(f"{out}: no encoder feature files to gather")
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
-    rows, ids, meta = [], [], []
+    rows, ids, meta, dropped = [], [], [], {}
     first: dict[str, Any] | None = None
     for f in files:
         data, attrs = read_h5(f, ["features"])
-        key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")}
+        key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")} | {"n": len(data["features"])}
         if first is None:
             first = key
-        elif key != first or data["features"].shape != rows[0].shape:
+        elif key != first:
             raise EncmapError(f"{f}: features disagree with {files[0]} on {key} vs {first}; rerun the stale encoder")
+        if attrs.get("degenerate"):
+            dropped[attrs["encoder_id"]] = attrs["degenerate"]
+            print(f"warning: encoder {attrs['encoder_id']!r} left off the map: {attrs['degenerate']}", file=sys.stderr)
+            continue
         rows.append(data["features"])
         ids.append(attrs["encoder_id"])
         meta.append(float(attrs["qre_to_base"]))
+    if not rows:
+        raise EncmapError(f"{out}: every encoder is degenerate ({sorted(dropped)}); nothing to map")
     F = np.vstack(rows)
     write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta)},
-             first | {"m": F.shape[0], "n": F.shape[1], "encmap_version": __version__})
+             first | {"m": F.shape[0], "dropped": dropped, "encmap_version": __version__})
     if metrics:
         from .io import atomic_write_json
 
-        atomic_write_json(metrics, {"encoders": len(ids), "n": int(F.shape[1]),
+        atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped), "n": int(F.shape[1]),
                                     "qre_to_base_mean": float(np.mean(meta)),
                                     "qre_to_base_min": float(np.min(meta)),
                                     "qre_to_base_max": float(np.max(meta))})

@@ -58,6 +58,39 @@ class Spectrum:
         return (self.U * (self.lam * self.trace)) @ self.U.T
 
 
+def prepare_embeddings(E: np.ndarray, *, center: bool, normalize_rows: bool,
+                       name: str = "embeddings") -> np.ndarray:
+    """Optional preprocessing of E before its PIP: centring, then row normalisation.
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+    center : bool
+        Subtract the mean row: the PIP then compares sentences by how they differ from the
+        average sentence (the anisotropy that many encoders share drops out).
+    normalize_rows : bool
+        Scale every row to unit length (cosine geometry); rows that are exactly zero (after
+        centring, a sentence equal to the mean) stay zero.
+    name : str
+        For error messages.
+
+    Returns
+    -------
+    ndarray, shape (n, d), float64
+        A new array; the input is never modified. All zero afterwards is an error naming ``name``.
+    """
+    A = check_embeddings(E, name).copy()
+    if center:
+        A -= A.mean(axis=0)
+    if normalize_rows:
+        norms = np.linalg.norm(A, axis=1, keepdims=True)
+        np.divide(A, norms, out=A, where=norms > 0)
+    if not np.any(A):
+        raise EncmapError(f"{name}: all embeddings are zero after centring (every sentence has the same vector), "
+                          "so the PIP matrix has trace 0")
+    return A
+
+
 def _truncate(U: np.ndarray, s2: np.ndarray, tol: float) -> Spectrum:
     """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum."""
     order = np.argsort(s2)[::-1]

@@ -73,6 +73,37 @@ def check_embeddings(E: Any, name: str = "embeddings") -> np.ndarray:
     return A
 
 
+def degenerate_reason(E: Any, rtol: float = 1e-5) -> str | None:
+    """Why an embedding matrix carries no information about its sentences, or None.
+
+    Degenerate means rank <= 1: every row is a multiple of one vector (constant across
+    sentences being the common case, e.g. CLS pooling of the input embeddings). Then
+    ρ = PIP / tr PIP is (close to) a pure state whatever the sentences say.
+
+    Checked in O(n d) without an SVD: project every row onto the longest row ``r``; the matrix
+    has rank <= 1 iff that reconstructs it, up to ``rtol`` of ‖E‖_F (float32 rounding).
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+        Finite embeddings, not all zero (see :func:`check_embeddings`).
+
+    Returns
+    -------
+    str or None
+    """
+    A = np.asarray(E, dtype=np.float64)
+    if A.shape[0] < 2:
+        return None
+    if not np.any(np.ptp(A, axis=0)):
+        return "zero variance across sentences (every sentence has the same vector)"
+    r = A[np.argmax(np.einsum("ij,ij->i", A, A))]
+    resid = A - np.outer(A @ r / (r @ r), r)
+    if np.linalg.norm(resid) <= rtol * np.linalg.norm(A):
+        return "rank <= 1 (every sentence's vector is a multiple of one vector)"
+    return None
+
+
 def check_eps(eps: float, direction: str = "forward") -> float:
     """Validate the smoothing weight ε for a QRE direction.
 

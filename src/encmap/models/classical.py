@@ -1,0 +1,92 @@
+"""Classical encoders: TF-IDF + truncated SVD (LSA), and averages of static token/word vectors."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+
+from ..config import model_variants
+from ..validation import EncmapError
+from .common import EmbeddingResult, output_only
+from .sources import resolve_source
+
+# Penn-Treebank-like tokens, as GloVe's corpora were tokenised: clitics split ("do" "n't",
+# "john" "'s"), words with inner hyphens or dots kept whole, punctuation on its own.
+_PTB = re.compile(r"n't\b|'(?:s|re|ve|ll|d|m)\b|\w+(?:[-.]\w+)*(?=n't\b)|\w+(?:[-.]\w+)*|[^\w\s]", re.I)
+
+
+def ptb_tokens(text: str, lowercase: bool) -> list[str]:
+    """Tokens of ``text`` the way GloVe's vocabulary spells them."""
+    return _PTB.findall(text.lower() if lowercase else text)
+
+
+def average_rows(table: np.ndarray, rows: list[list[int]]) -> np.ndarray:
+    """Mean of ``table`` rows per sentence (n, d); a sentence with no known token gets zeros."""
+    out = np.zeros((len(rows), table.shape[1]), dtype=np.float64)
+    for i, r in enumerate(rows):
+        if r:
+            out[i] = table[r].mean(0, dtype=np.float64)
+    return out.astype(np.float32)
+
+
+def _tfidf_svd(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
+    from sklearn.decomposition import TruncatedSVD
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    variants = model_variants(model, spec)
+    t, s = spec["tfidf"], spec["svd"]
+    X = TfidfVectorizer(lowercase=t["lowercase"], sublinear_tf=t["sublinear_tf"], min_df=t["min_df"],
+                        max_df=t["max_df"], ngram_range=tuple(t["ngram_range"]), norm=t["norm"]).fit_transform(texts)
+    kmax = max(v.dim for v in variants)
+    if kmax >= min(X.shape):
+        raise EncmapError(f"model {model!r}: SVD size {kmax} must be below min(n, vocabulary) = {min(X.shape)}")
+    # Components are ordered by singular value, so the smaller sizes are prefixes.
+    Z = TruncatedSVD(n_components=kmax, algorithm=s["algorithm"], n_iter=s["n_iter"],
+                     random_state=spec["seed"]).fit_transform(X)
+    arrays = {v.id: np.ascontiguousarray(Z[:, : v.dim], dtype=np.float32) for v in variants}
+    return EmbeddingResult(variants, arrays, {"source": "classical:tfidf-svd", "vocabulary": int(X.shape[1])})
+
+
+def _static(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
+    # Average of a pretrained model's input token (word-piece) embeddings.
+    from transformers import AutoModel, AutoTokenizer
+
+    ref, prov = resolve_source(spec["source"], model)
+    tok = AutoTokenizer.from_pretrained(ref, revision=spec["revision"])
+    table = AutoModel.from_pretrained(ref, revision=spec["revision"]).get_input_embeddings().weight.detach().numpy()
+    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    return output_only(model, spec, average_rows(table, ids), prov | {"model_id": ref})
+
+
+def _word_vectors(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
+    # Average of pretrained word vectors (GloVe): vectors in a .npy, the words in a parquet index.
+    import pandas as pd
+
+    ref, prov = resolve_source(spec["source"], model)
+    root = Path(ref)
+    vec_files, index_files = sorted(root.glob("*_emb.npy")), sorted(root.glob("*index.parquet"))
+    if len(vec_files) != 1 or len(index_files) != 1:
+        raise EncmapError(f"model {model!r}: {root} must hold one '*_emb.npy' and one '*index.parquet' "
+                          f"(found {[f.name for f in vec_files + index_files]})")
+    table = np.load(vec_files[0], mmap_mode="r")
+    words = pd.read_parquet(index_files[0]).iloc[:, 0].tolist()
+    if len(words) != table.shape[0]:
+        raise EncmapError(f"model {model!r}: {index_files[0].name} has {len(words)} words but "
+                          f"{vec_files[0].name} has {table.shape[0]} vectors")
+    row = {w: i for i, w in enumerate(words)}
+    toks = [ptb_tokens(t, spec["lowercase"]) for t in texts]
+    rows = [[row[w] for w in ts if w in row] for ts in toks]
+    n_tok = sum(map(len, toks))
+    prov |= {"model_id": ref, "vocabulary": len(words),
+             "token_coverage": round(sum(map(len, rows)) / max(n_tok, 1), 6),
+             "sentences_without_known_word": sum(not r for r in rows)}
+    return output_only(model, spec, average_rows(table, rows), prov)
+
+
+def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None) -> EmbeddingResult:
+    method = {"tfidf-svd": _tfidf_svd, "static": _static, "word-vectors": _word_vectors}.get(spec["method"])
+    if method is None:
+        raise EncmapError(f"model {model!r}: backend classical has no method {spec['method']!r}")
+    return method(model, spec, texts)
