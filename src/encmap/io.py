@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
@@ -19,6 +20,10 @@ import h5py
 import numpy as np
 
 from .validation import EncmapError
+
+#: Seconds to wait, complete temporary file in place, before renaming it over the target: lets
+#: a test kill a job mid-write deterministically. Unset in normal use.
+PAUSE_ENV = "ENCMAP_PAUSE_BEFORE_RENAME"
 
 
 @contextmanager
@@ -30,6 +35,8 @@ def _atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o644)
+        if os.environ.get(PAUSE_ENV):  # testing aid: hold the finished temporary file in place
+            time.sleep(float(os.environ[PAUSE_ENV]))
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
