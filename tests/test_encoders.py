@@ -283,3 +283,31 @@ def test_hub_model_records_the_commit_its_revision_resolved_to(tiny_st, tmp_path
     assert prov == {"resolved_revision": commit, "weights_sha256": sources.weights_sha256(tiny_st)}
     with pytest.raises(EncmapError, match="model 'm': hub model 'org/absent'.*not in the Hugging Face cache"):
         sources.hub_provenance("hub:org/absent", None, "m", cache_dir=cache)
+
+
+@pytest.mark.slow
+def test_hub_ids_load_through_the_cache_and_record_their_commit(tiny_st, tmp_path):
+    """The online path end to end, without a download: hub ids resolve through a Hugging Face
+    cache (as after a first online run), for sentence-transformers and Model2Vec models."""
+    import json
+    import subprocess
+    import sys
+
+    import static_model
+
+    st_commit, m2v_commit = "1" * 40, "2" * 40
+    cache = tmp_path / "hub"
+    _fake_hub_cache(cache, "org/tiny-st", st_commit, tiny_st)
+    _fake_hub_cache(cache, "org/static", m2v_commit, Path(static_model.__file__).parent / "model")
+    specs = {"st": st_spec(tiny_st, source="hub:org/tiny-st", dims=[]),
+             "m2v": DEFAULTS["models"]["tokenlearn-static"] | {"source": "hub:org/static"}}
+    code = ("import json, sys; from encmap import models; specs = json.loads(sys.argv[1]); "
+            "print(json.dumps({k: models.embed_model(k, s, ['A first text.', 'Another one here.']).provenance "
+            "for k, s in specs.items()}))")
+    env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
+    p = subprocess.run([sys.executable, "-c", code, json.dumps(specs)], env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr[-3000:]
+    prov = json.loads(p.stdout.strip().splitlines()[-1])
+    assert prov["st"]["resolved_revision"] == st_commit and prov["st"]["revision"] is None
+    assert prov["st"]["weights_sha256"] == sources.weights_sha256(tiny_st)
+    assert prov["m2v"]["resolved_revision"] == m2v_commit

@@ -57,7 +57,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
 
     def write(tmp: Path) -> None:
         for v in res.variants:
-            write_h5(tmp / f"{v.id}.h5", {"embeddings": res.arrays[v.id].astype(np.float32)}, {
+            write_h5(tmp / f"{v.id}.h5", {"embeddings": np.asarray(res.arrays[v.id], dtype=np.float32)}, {
                 "encoder": v.to_dict() | {"spec": {k: spec[k] for k in sorted(spec)}},
                 "encoder_id": v.id,
                 "model": model,

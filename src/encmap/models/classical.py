@@ -10,7 +10,7 @@ import numpy as np
 from ..config import model_variants
 from ..validation import EncmapError
 from .common import EmbeddingResult, output_only
-from .sources import resolve_source
+from .sources import hub_provenance, resolve_source
 
 # Penn-Treebank-like tokens, as GloVe's corpora were tokenised: clitics split ("do" "n't",
 # "john" "'s"), words with inner hyphens or dots kept whole, punctuation on its own.
@@ -57,6 +57,7 @@ def _static(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
     tok = AutoTokenizer.from_pretrained(ref, revision=spec["revision"])
     table = AutoModel.from_pretrained(ref, revision=spec["revision"]).get_input_embeddings().weight.detach().numpy()
     ids = tok(texts, add_special_tokens=False)["input_ids"]
+    prov |= hub_provenance(spec["source"], spec["revision"], model)
     return output_only(model, spec, average_rows(table, ids), prov | {"model_id": ref})
 
 

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..config import model_variants
 from ..validation import EncmapError
-from .common import EmbeddingResult, length_order, output_arrays, unsort
+from .common import EmbeddingResult, length_order, output_arrays
 from .sources import hub_provenance, resolve_source
 
 
@@ -92,18 +92,28 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     inputs = [spec["prompt"] + t for t in texts]
     order = length_order(inputs)
     bs = spec["batch_size"]
-    chunks: dict[str, list[np.ndarray]] = {v.id: [] for v in layered}
-    out_chunks: list[np.ndarray] = []
+    # One (n, d) array per encoder, filled in place in the sentences' own order: memory is the
+    # result itself, with no per-batch chunks to stack (and no heap they would fragment).
+    arrays: dict[str, np.ndarray] = {}
+
+    def put(key: str, idx: np.ndarray, x) -> None:
+        rows = _to_numpy(x)
+        if key not in arrays:
+            arrays[key] = np.empty((len(inputs), rows.shape[1]), dtype=np.float32)
+        arrays[key][idx] = rows
+
     with torch.inference_mode():
         for start in tqdm(range(0, len(inputs), bs), desc=f"embed {model}", file=sys.stderr, mininterval=5):
-            batch = [inputs[i] for i in order[start:start + bs]]
+            idx = order[start:start + bs]
+            batch = [inputs[i] for i in idx]
             if st is not None:
                 from sentence_transformers.util import batch_to_device
 
                 feats = st(batch_to_device(st.preprocess(batch), device))
                 hs, mask = feats["all_layer_embeddings"], feats["attention_mask"]
                 if want_output:
-                    out_chunks.append(_to_numpy(feats["sentence_embedding"]))
+                    put("output", idx, feats["sentence_embedding"])
+                del feats  # hs and mask keep what is still needed, until the end of this batch
             else:
                 enc = tok(batch, padding=True, truncation=True, max_length=spec["max_seq_length"],
                           return_tensors="pt").to(device)
@@ -111,11 +121,10 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
             if len(hs) != n_layers + 1:
                 raise EncmapError(f"model {model!r}: expected {n_layers + 1} hidden states, got {len(hs)}")
             for v in layered:
-                chunks[v.id].append(_to_numpy(pool(hs[v.layer], mask, v.pooling)))
+                put(v.id, idx, pool(hs[v.layer], mask, v.pooling))
             del hs, mask
-    arrays = {k: unsort(c, order) for k, c in chunks.items()}
     if want_output:
-        arrays |= output_arrays(model, spec, unsort(out_chunks, order), variants)
+        arrays |= output_arrays(model, spec, arrays.pop("output"), variants)
     prov.update({"model_id": ref, "revision": rev, "num_hidden_layers": n_layers,
                  "max_seq_length": spec["max_seq_length"]})
     return EmbeddingResult(variants, arrays, prov)
