@@ -219,9 +219,10 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
 
     unk = build_tiny_bert(tmp_path / "unk-bert", corrupt="vocab")
     params = tiny_params(tiny_bert, user_file)
-    params["models"]["unk"] = {"backend": "classical", "method": "static", "source": f"path:{unk}", "revision": None,
-                               "dims": [], "renormalize_truncated": True, "seed": 0,
-                               "meta": params["models"]["gauss"]["meta"]}
+    params["models"] = {"gauss": params["models"]["gauss"], "lsa": params["models"]["lsa"],
+                        "unk": {"backend": "classical", "method": "static", "source": f"path:{unk}", "revision": None,
+                                "dims": [], "renormalize_truncated": True, "seed": 0,
+                                "meta": params["models"]["gauss"]["meta"]}}
     proj = make_project(tmp_path / "p", params)
     r = run("snakemake --cores 2 --keep-going", proj, check=False)
     assert r.returncode != 0
@@ -235,7 +236,7 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
     assert "left off the map" in (proj / "logs/embed/unk.log").read_text()
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         ids = [x.decode() for x in f["encoder_ids"][()]]
-        assert "unk__out" not in ids and len(ids) == 11 and "unk__out" in f.attrs["dropped"]
+        assert ids == ["gauss__out", "lsa__d16", "lsa__d8"] and "unk__out" in f.attrs["dropped"]
     assert yaml.safe_load((proj / "results/features/metrics.json").read_text())["dropped_encoders"] == 1
 
 
@@ -251,6 +252,7 @@ def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_f
     from conftest import env
 
     params = tiny_params(tiny_bert, user_file)
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss")}
     proj = make_project(tmp_path / "proj", params, git=True)
     run("dvc repro", proj)
     run("git add -A && git commit -qm results", proj)

@@ -37,7 +37,7 @@ def check_id(value: str, what: str = "id") -> str:
     return value
 
 
-def check_embeddings(E: Any, name: str = "embeddings") -> np.ndarray:
+def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) -> np.ndarray:
     """Validate an embedding matrix and return it as C-contiguous float64.
 
     Parameters
@@ -46,10 +46,12 @@ def check_embeddings(E: Any, name: str = "embeddings") -> np.ndarray:
         Embedding matrix, one row per sentence.
     name : str
         What ``E`` is (encoder id or file), used in error messages.
+    as_float64 : bool
+        Return a float64 copy (for the maths); False only validates, without the copy.
 
     Returns
     -------
-    ndarray, shape (n, d), float64
+    ndarray, shape (n, d), float64 (or ``E`` as given when ``as_float64`` is False)
     """
     A = np.asarray(E)
     if A.ndim != 2:
@@ -58,7 +60,7 @@ def check_embeddings(E: Any, name: str = "embeddings") -> np.ndarray:
         raise EncmapError(f"{name}: empty embedding matrix of shape {A.shape}")
     if not np.issubdtype(A.dtype, np.number) or np.iscomplexobj(A):
         raise EncmapError(f"{name}: expected real numbers, got dtype {A.dtype}")
-    A = np.ascontiguousarray(A, dtype=np.float64)
+    A = np.ascontiguousarray(A, dtype=np.float64) if as_float64 else A
     bad = ~np.isfinite(A)
     if bad.any():
         rows = np.unique(np.nonzero(bad)[0])
@@ -92,14 +94,20 @@ def degenerate_reason(E: Any, rtol: float = 1e-5) -> str | None:
     -------
     str or None
     """
-    A = np.asarray(E, dtype=np.float64)
+    A = np.asarray(E)
     if A.shape[0] < 2:
         return None
     if not np.any(np.ptp(A, axis=0)):
         return "zero variance across sentences (every sentence has the same vector)"
-    r = A[np.argmax(np.einsum("ij,ij->i", A, A))]
-    resid = A - np.outer(A @ r / (r @ r), r)
-    if np.linalg.norm(resid) <= rtol * np.linalg.norm(A):
+    # In float64 but a block of rows at a time: no full-size temporary beside the embeddings.
+    r = np.asarray(A[np.argmax(np.einsum("ij,ij->i", A, A, dtype=np.float64))], dtype=np.float64)
+    total = resid = 0.0
+    for start in range(0, A.shape[0], 1024):
+        B = np.asarray(A[start:start + 1024], dtype=np.float64)
+        total += float(np.einsum("ij,ij->", B, B))
+        R = B - np.outer(B @ r / (r @ r), r)
+        resid += float(np.einsum("ij,ij->", R, R))
+    if np.sqrt(resid) <= rtol * np.sqrt(total):
         return "rank <= 1 (every sentence's vector is a multiple of one vector)"
     return None
 
