@@ -54,6 +54,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     dev = resolve_device(device)
     res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
     sha = file_sha256(sentences_path)
+    libraries = library_versions()  # the same for every variant: look them up once
 
     def write(tmp: Path) -> None:
         for v in res.variants:
@@ -65,7 +66,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
                 "degenerate": res.degenerate.get(v.id, ""),
                 "sentences_sha256": sha,
                 "n": len(texts),
-                "libraries": library_versions(),
+                "libraries": libraries,
                 "encmap_version": __version__,
                 "device_kind": dev.split(":")[0],
             })

@@ -34,7 +34,7 @@ def _to_numpy(x) -> np.ndarray:
     return x.detach().to("cpu", torch.float32, copy=True).numpy()
 
 
-def _load_sentence_transformer(model: str, spec: dict, ref: str, device: str):
+def _load_sentence_transformer(spec: dict, ref: str, device: str):
     import torch
     from sentence_transformers import SentenceTransformer
 
@@ -70,7 +70,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     rev = spec["revision"]
     st = None
     if spec["backend"] == "sentence-transformers":
-        st, net = _load_sentence_transformer(model, spec, ref, device)
+        st, net = _load_sentence_transformer(spec, ref, device)
     else:
         tok = AutoTokenizer.from_pretrained(ref, revision=rev)
         if spec["init"] == "random":
