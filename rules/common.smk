@@ -1,4 +1,4 @@
-from encmap.config import LAYOUT, artifact_paths, check_snakemake_config
+from encmap.config import LAYOUT, artifact_paths, check_snakemake_config, map_figures
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)
@@ -12,6 +12,7 @@ SENTENCES = f"data/sentences/{SET}.txt"
 # one pip / features job per encoder from the start, no checkpoint needed.
 PIPS = artifact_paths(config["models"], "pip")
 FEATURES = artifact_paths(config["models"], "features")
+MAP_FIGURES = map_figures(config["map"]["fields"])
 
 
 wildcard_constraints:

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import csv
+import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -15,6 +18,8 @@ from conftest import REPO, make_project, run, tiny_params, tree_hashes, write_us
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = ("data", "results")
+#: Artifacts that gather every encoder: any encoder's change changes them.
+GATHERED = ("results/features/qre.h5", "results/features/metrics.json", "results/similarity/", "results/map/")
 
 
 @pytest.fixture(scope="module")
@@ -22,19 +27,36 @@ def user_file(tmp_path_factory) -> Path:
     return write_user_file(tmp_path_factory.mktemp("user") / "mine.txt")
 
 
-def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, tiny_st, user_file):
-    # tiny-st has its own Pooling (CLS) and Normalize modules, so __out is its own encoder.
-    params = tiny_params(tiny_bert, user_file, st_dir=tiny_st)
-    a = make_project(tmp_path / "a", params)
-    b = make_project(tmp_path / "b", params)
+@pytest.fixture(scope="module")
+def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
+    """The tiny config run through Snakemake once (tests below only read it, or write elsewhere).
+
+    tiny-st has its own Pooling (CLS) and Normalize modules, so __out is its own encoder.
+    """
+    a = make_project(tmp_path_factory.mktemp("mapped") / "a", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
-    counts = dict(re.findall(r"^(embed|pip|features|qre)\s+(\d+)$", plan, re.M))
-    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1"}, plan[-2000:]
+    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|map)\s+(\d+)$", plan, re.M))
+    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1", "pairwise": "1", "map": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
+    return a
+
+
+def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, tiny_st, user_file):
+    a = mapped
+    b = make_project(tmp_path / "b", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
     run("snakemake --cores 2", b)
     ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
+    # Everything but the wall-clock timings (kept in their own files for this reason).
+    timings = {k for k in ha if k.endswith("timing.json")}
+    assert timings == {"results/map/timing.json", "results/similarity/qre_pairwise.timing.json"}
+    ha, hb = ({k: v for k, v in h.items() if k not in timings} for h in (ha, hb))
     assert len(ha) > 20 and ha == hb
+    maps = sorted(k for k in ha if k.startswith("results/map/"))
+    assert maps == ["results/map/coords.csv", *(f"results/map/figures/map_{f}.{e}" for f in ("kind", "layer", "model")
+                                                for e in ("png", "svg")),
+                    "results/map/map.html", "results/map/metrics.json", "results/map/model.h5",
+                    "results/map/neighbours.csv"]
     # The gathered feature matrix: one row per encoder, one column per sentence.
     with h5py.File(a / "results/features/qre.h5", "r") as f:
         F, ids = f["features"][()], [x.decode() for x in f["encoder_ids"][()]]
@@ -57,6 +79,71 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, tiny_bert, tiny_st, 
         assert np.allclose(f["pip"][()], (U * lam * f.attrs["trace"]) @ U.T)
     dry = run("snakemake -n", a)
     assert "Nothing to be done" in dry.stdout + dry.stderr
+
+
+def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
+    from browser import inspect_map_page
+
+    shot = Path(os.environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "tiny_pipeline_map.png"
+    seen = inspect_map_page(mapped / "results/map/map.html", shot, colour_field="kind", search="tiny-st__out")
+    assert seen["points"] == 11 and seen["fills_after"] != seen["fills_before"]
+    assert seen["errors"] == [] and seen["requests"] == [] and seen["highlighted"] == 1 + 3
+    metrics = json.loads((mapped / "results/map/metrics.json").read_text())
+    for space in ("l1", "exact_qre"):
+        assert set(metrics[space]) >= {"purity_model", "purity_family", "purity_pooling", "purity_kind",
+                                       "adjacent_layer_share", "trustworthiness", "control_separation_ratio"}
+        assert 0 <= metrics[space]["trustworthiness"] <= 1
+    assert metrics["l1_vs_exact_qre"]["pairs"] == 55 and -1 <= metrics["l1_vs_exact_qre"]["spearman_ordered"] <= 1
+    coords = list(csv.DictReader((mapped / "results/map/coords.csv").open()))
+    assert len(coords) == 11 and coords[0].keys() >= {"encoder", "x", "y", "model", "family", "architecture", "layer",
+                                                      "pooling", "dimension", "parameters", "languages", "objective",
+                                                      "kind"}
+    with h5py.File(mapped / "results/similarity/qre_pairwise.h5", "r") as f:
+        Q = f["qre"][()]
+        assert Q.shape == (11, 11) and np.all(np.diag(Q) == 0) and np.all(Q[~np.eye(11, dtype=bool)] > 0)
+
+
+def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
+    """The same spec as a mapped model finds its twins at l1 distance 0, next to their points;
+    a random model lands with finite coordinates and neighbours; --append extends params."""
+    params = yaml.safe_load((mapped / "params.yaml").read_text())
+    spec_file = tmp_path / "twin.yaml"
+    spec_file.write_text(yaml.safe_dump(params["models"]["tiny-st"]))
+    out = run(f"encmap place path:{tiny_st} --id twin --spec {spec_file} --out {tmp_path / 'twin'}", mapped).stdout
+    placed = {r["encoder"]: r for r in csv.DictReader((tmp_path / "twin/placed.csv").open())}
+    coords = {r["encoder"]: r for r in csv.DictReader((mapped / "results/map/coords.csv").open())}
+    xy = np.array([[float(r["x"]), float(r["y"])] for r in coords.values()])
+    extent = np.ptp(xy, axis=0).max()
+    nbrs = list(csv.DictReader((tmp_path / "twin/neighbours.csv").open()))
+    assert len(placed) == 7
+    for e, r in placed.items():
+        twin = e.replace("twin__", "tiny-st__")
+        first = next(n for n in nbrs if n["encoder"] == e and n["rank"] == "1")
+        assert first["neighbour"] == twin and float(first["distance"]) == 0.0, first
+        gap = np.hypot(float(r["x"]) - float(coords[twin]["x"]), float(r["y"]) - float(coords[twin]["y"]))
+        assert gap < 0.1 * extent, (e, gap / extent)  # measured <= 0.063 on this config
+        assert r["family"] == "tiny"
+    assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out
+    page = (tmp_path / "twin/map.html").read_text()
+    assert '"placed": [{"id": "twin__l00-mean"' in page
+
+    # A random transformer, placed with its own metadata; --append writes its entry (remote code off).
+    pcopy = tmp_path / "params.yaml"
+    pcopy.write_text((mapped / "params.yaml").read_text())
+    out = run(f"encmap --params {pcopy} place path:{tiny_bert} --id fresh --backend transformers --layers 1 "
+              f"--pooling mean --meta family=random --meta kind=control --append --out {tmp_path / 'fresh'}",
+              mapped).stdout
+    row = next(csv.DictReader((tmp_path / "fresh/placed.csv").open()))
+    assert row["encoder"] == "fresh__l01-mean" and np.isfinite([float(row["x"]), float(row["y"])]).all()
+    assert row["family"] == "random" and row["kind"] == "control"
+    assert len([n for n in csv.DictReader((tmp_path / "fresh/neighbours.csv").open())]) == 3
+    entry = yaml.safe_load(pcopy.read_text())["models"]["fresh"]
+    assert entry["trust_remote_code"] is False and entry["layers"] == [1]
+    assert "added model 'fresh'" in out and "valid, 12 encoders" in run(f"encmap --params {pcopy} check", mapped).stdout
+    # Already on the map: refused, nothing written.
+    r = run(f"encmap --params {pcopy} place path:{tiny_bert} --id fresh --backend transformers --layers 1", mapped,
+            check=False)
+    assert r.returncode == 2 and "model id 'fresh' is already in" in r.stderr
 
 
 def _set(params: dict, path: str, value) -> dict:
@@ -88,34 +175,46 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     # 1. One model's params change: only that model's artifacts (and the gathered matrix) change.
     (proj / "params.yaml").write_text(yaml.safe_dump(_set(params, "models.gauss.seed", 1), sort_keys=False))
     out = run("dvc repro", proj).stdout
-    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", "qre"}, out
+    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", "qre", "pairwise", "map"}, out
     h1 = tree_hashes(proj, *ARTIFACTS)
     diff = changed(h0, h1)
-    assert diff and all("gauss" in k or k.startswith("results/features/qre.h5") or k.endswith("metrics.json")
-                        for k in diff), diff
+    assert diff and all("gauss" in k or k.startswith(GATHERED) for k in diff), diff
     assert any("results/embeddings/gauss/" in k for k in diff)
     run("git add -A && git commit -qm 'gauss seed 1'", proj)
 
     # 3. An experiment on one encoder's param reruns only that encoder (in the workspace).
     out = run("dvc exp run -S models.lsa.seed=3", proj).stdout
-    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre"}, out
+    # The gathering stages rerun only if their inputs changed bytes (a new ARPACK start vector
+    # may flip signs in U, which the QRE does not see).
+    assert {"embed@lsa", "pip@lsa", "features@lsa"} <= ran(out) <= {"embed@lsa", "pip@lsa", "features@lsa",
+                                                                    "qre", "pairwise", "map"}, out
     h2 = tree_hashes(proj, *ARTIFACTS)
-    assert all("lsa" in k or "qre.h5" in k or "metrics.json" in k for k in changed(h1, h2))
+    assert all("lsa" in k or k.startswith(GATHERED) for k in changed(h1, h2))
     run("dvc exp show --no-pager --csv", proj)
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
     # ε is a features param: changing it reruns the features, never the embeddings or PIPs.
     out = run("dvc exp run -S qre.eps=0.001", proj).stdout
-    assert {s.split("@")[0] for s in ran(out)} == {"features", "qre"}, out
+    assert {s.split("@")[0] for s in ran(out)} == {"features", "qre", "pairwise", "map"}, out
     assert "qre.eps" in run("dvc params diff", proj).stdout
     assert "qre_to_base_mean" in run("dvc metrics diff", proj).stdout
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
     # Centring the embeddings before the PIP is a pip param: embeddings keep their bytes.
+    # A map param reruns the map alone; `dvc metrics diff` shows what it did to faithfulness.
+    out = run("dvc exp run -S map.perplexity=2", proj).stdout
+    assert ran(out) == {"map"}, out
+    assert not [k for k in changed(h1, tree_hashes(proj, *ARTIFACTS)) if not k.startswith("results/map/")]
+    assert "map.perplexity" in run("dvc params diff", proj).stdout
+    mdiff = run("dvc metrics diff --md", proj).stdout
+    assert "results/map/metrics.json" in mdiff and "perplexity" in mdiff and "trustworthiness" in mdiff, mdiff
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
     out = run("dvc exp run -S pip.center=true", proj).stdout
-    assert {s.split("@")[0] for s in ran(out)} == {"pip", "features", "qre"}, out
+    assert {s.split("@")[0] for s in ran(out)} == {"pip", "features", "qre", "pairwise", "map"}, out
     h3 = tree_hashes(proj, *ARTIFACTS)
     assert not [k for k in changed(h1, h3) if k.startswith(("results/embeddings", "data/"))]
     with h5py.File(proj / "results/pip/gauss/gauss__out.h5", "r") as f:
@@ -125,7 +224,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
 
     # Dropping a variant reruns that model only, and its per-encoder files leave every stage.
     out = run("dvc exp run -S 'models.lsa.dims=[8]'", proj).stdout
-    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre"}, out
+    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre", "pairwise", "map"}, out
     for stage in ("embeddings", "pip", "features/encoders"):
         assert sorted(f.name for f in (proj / "results" / stage / "lsa").glob("*.h5")) == ["lsa__d8.h5"], stage
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
@@ -161,6 +260,8 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
         (lambda p: p["models"].update({"Bad/Id": p["models"]["gauss"]}), "does not match"),
         (lambda p: p["models"]["tiny-st"].update(source="path:/no/such/model"), "path /no/such/model does not exist"),
         (lambda p: p["sentences"].update(n=100000), "fewer than n = 100000"),
+        (lambda p: p["map"].update(perplexity=4), "map.perplexity = 4 is too large for a map of m = 11 encoders"),
+        (lambda p: p["map"].update(fields=["model", "colour"]), "map.fields.1: 'colour' is not one of"),
     ],
 )
 def test_bad_params_fail_clearly_and_write_nothing(tmp_path, tiny_bert, user_file, edit, match):

@@ -217,6 +217,75 @@ def test_curate_stage_depends_on_the_default_sources_files():
     assert "src/encmap/spectrum.py" in stages["features"]["do"]["deps"]
 
 
+def _encmap_imports(tree, module: str) -> set[str]:
+    """encmap modules imported anywhere in ``tree`` (the AST of module ``module``), absolute names."""
+    import ast
+
+    pkg = module.split(".")
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                # The package of a module ends one level up; a package's __init__ is its own package.
+                parent = pkg[:len(pkg) - node.level] if not module.endswith("__init__") else pkg[:len(pkg) - node.level]
+                base = ".".join(parent + ([base] if base else []))
+            if base.startswith("encmap"):
+                out.add(base)
+                out.update(f"{base}.{a.name}" for a in node.names)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names if a.name.startswith("encmap"))
+    return out
+
+
+def _module_file(name: str) -> Path | None:
+    p = REPO / "src" / Path(*name.split("."))
+    if p.is_dir():
+        return p / "__init__.py"
+    return p.with_suffix(".py") if p.with_suffix(".py").is_file() else None
+
+
+def _code_on_path(script: Path) -> set[str]:
+    """Files of every encmap module a script's step function can reach (imports at any depth;
+    in the step's own module only the imports at top level and inside that step function)."""
+    import ast
+
+    tree = ast.parse(script.read_text())
+    entry = [(n.module, [a.name for a in n.names]) for n in tree.body
+             if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("encmap.")]
+    assert len(entry) == 1, script
+    mod, names = entry[0]
+    mtree = ast.parse(_module_file(mod).read_text())
+    parts = [n for n in mtree.body if not isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    parts += [n for n in mtree.body if isinstance(n, ast.FunctionDef) and n.name in names]
+    todo = set().union(*(_encmap_imports(ast.Module(body=[p], type_ignores=[]), mod) for p in parts))
+    todo |= {m for m in (".".join(mod.split(".")[:i]) for i in range(2, len(mod.split(".")))) if m}
+    files, seen = {_module_file(mod)}, set()
+    while todo:
+        name = todo.pop()
+        f = _module_file(name)
+        if name in seen or f is None:
+            continue
+        seen.add(name)
+        files.add(f)
+        todo |= _encmap_imports(ast.parse(f.read_text()), name if f.name != "__init__.py" else name + ".__init__")
+        if name == "encmap.models":  # loads its backend modules by name (BACKENDS)
+            todo |= {f"{name}.{g.stem}" for g in f.parent.glob("*.py") if g.stem != "__init__"}
+    return {str(f.relative_to(REPO)) for f in files}
+
+
+def test_every_stage_depends_on_the_code_its_script_reaches():
+    """dvc.yaml lists, for each stage, every encmap file its script's step function can import."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    for name, st in stages.items():
+        deps = (st.get("do") or st)["deps"]
+        scripts = [d for d in deps if d.startswith("scripts/")]
+        assert len(scripts) == 1, name
+        needed = _code_on_path(REPO / scripts[0]) - {"src/encmap/__init__.py"}
+        missing = {f for f in needed if not any(f == d or f.startswith(d.rstrip("/") + "/") for d in deps)}
+        assert not missing, f"stage {name}: {sorted(missing)}"
+
+
 def test_variant_ids():
     spec = {"backend": "sentence-transformers", "layers": [0, 2], "pooling": ["mean", "max"], "output": True,
             "dims": [16]}
@@ -263,8 +332,8 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     calls = []
 
     class FakeST:
-        def __init__(self, ref, revision=None, device=None):  # noqa: D107
-            calls.append(("st", ref, revision))
+        def __init__(self, ref, revision=None, device=None, trust_remote_code=None):  # noqa: D107
+            calls.append(("st", ref, revision, trust_remote_code))
             raise RuntimeError("stop before any download")
 
     import sentence_transformers
@@ -278,7 +347,7 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
                                                           {"source": spec["source"]})
     with pytest.raises(RuntimeError, match="stop before any download"):
         models.embed_model("m", spec, ["A sentence."], "cpu")
-    assert calls == [("st", "sentence-transformers/all-MiniLM-L6-v2", "c9745ed")]
+    assert calls == [("st", "sentence-transformers/all-MiniLM-L6-v2", "c9745ed", False)]  # no remote code
 
 
 def test_bad_sources():

@@ -21,10 +21,26 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("models", nargs="*", help="model ids (default: all)")
     s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
     s.add_argument("path")
+    p = sub.add_parser("place", help="place a new encoder on the run's map (no refit) and list its neighbours")
+    p.add_argument("source", help="hub id (org/name or hub:ID), path:DIR or package:NAME")
+    p.add_argument("--id", help="model id (default: from the source's last component)")
+    p.add_argument("--spec", help="YAML file with a full params.yaml model entry (source and meta taken from it)")
+    p.add_argument("--backend", default="sentence-transformers", choices=["sentence-transformers", "transformers"])
+    p.add_argument("--layers", default="", help="hidden states to pool as well, e.g. 0,3,6 (default: output only)")
+    p.add_argument("--pooling", default="mean", help="poolings of those layers, e.g. mean,cls,max")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata (family, architecture, parameters, languages, objective, kind); repeatable")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the checkpoint's own Python code to run (off unless given)")
+    p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
+    p.add_argument("--out", help="output directory (default: results/place/<id>)")
+    p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "place":
+            return _place(args)
         if args.cmd == "show":
-            from .pipeline import describe
+            from .pipeline.backbone import describe
 
             print(describe(args.path))
             return 0
@@ -39,6 +55,47 @@ def main(argv: list[str] | None = None) -> int:
     except (EncmapError, OSError) as e:
         print(f"encmap: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _place(args) -> int:
+    import yaml
+
+    from .pipeline.place import append_to_params, default_model_id, place_encoder, place_spec, source_ref
+
+    if args.spec:
+        try:
+            spec = yaml.safe_load(open(args.spec, encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as e:
+            raise EncmapError(f"--spec {args.spec}: {e}") from None
+        if not isinstance(spec, dict):
+            raise EncmapError(f"--spec {args.spec}: expected a mapping (one params.yaml model entry)")
+        spec = spec | {"source": source_ref(args.source)}
+        if args.trust_remote_code:
+            spec["trust_remote_code"] = True
+    else:
+        meta: dict = {}
+        for kv in args.meta:
+            key, sep, value = kv.partition("=")
+            if not sep:
+                raise EncmapError(f"--meta {kv!r}: expected KEY=VALUE")
+            meta[key] = (int(value) if value.isdigit() else value) if key != "languages" else \
+                [x for x in value.split(",") if x]
+        layers = [int(x) for x in args.layers.split(",") if x.strip()]
+        spec = place_spec(args.source, backend=args.backend, layers=layers,
+                          pooling=[x for x in args.pooling.split(",") if x], meta=meta,
+                          trust_remote_code=args.trust_remote_code)
+    model = args.id or default_model_id(spec["source"])
+    res = place_encoder(model, spec, params_path=args.params, out_dir=args.out, device=args.device)
+    for i, e in enumerate(res["ids"]):
+        x, y = res["coords"][i]
+        print(f"{e}\tat ({x:.3f}, {y:.3f})")
+        for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
+            print(f"  {r:2d}. {nb}\t{d:.6g}")
+    print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv")
+    if args.append:
+        append_to_params(args.params, model, spec)
+        print(f"added model {model!r} to {args.params}")
     return 0
 
 

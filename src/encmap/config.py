@@ -15,7 +15,7 @@ from typing import Any
 import jsonschema
 import yaml
 
-from .validation import EncmapError, check_id
+from .validation import EncmapError, check_id, check_perplexity
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
@@ -70,7 +70,10 @@ def validate_params(params: Any, where: str = "params") -> None:
     names = [src["name"] for src in s["sources"]]
     if len(set(names)) != len(names):
         raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
-    expand_encoders(params["models"])
+    encoders = expand_encoders(params["models"])
+    if "map" in params:
+        # The map has at most this many encoders (fewer if some are dropped): fail before any job.
+        check_perplexity(params["map"]["perplexity"], len(encoders), f"{where}: key map.perplexity")
 
 
 # Per-encoder artifacts (Snakemake outputs of rules pip and features); one file per encoder
@@ -79,6 +82,11 @@ LAYOUT = {
     "pip": "results/pip/{model}/{encoder}.h5",
     "features": "results/features/encoders/{model}/{encoder}.h5",
 }
+
+
+def map_figures(fields: list[str]) -> dict[str, str]:
+    """Static figures of the map stage, by Snakemake output name (``png_<field>``, ``svg_<field>``)."""
+    return {f"{ext}_{f}": f"results/map/figures/map_{f}.{ext}" for f in fields for ext in ("png", "svg")}
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ PAUSE_ENV = "ENCMAP_PAUSE_BEFORE_RENAME"
 
 
 @contextmanager
-def _atomic_path(path: str | Path) -> Iterator[Path]:
+def atomic_path(path: str | Path) -> Iterator[Path]:
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -45,7 +45,7 @@ def _atomic_path(path: str | Path) -> Iterator[Path]:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write UTF-8 text to ``path`` via a temporary file and rename."""
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -61,7 +61,7 @@ def write_h5(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict[str,
     datasets : dict of name -> ndarray
     attrs : dict of name -> str | number | dict (dicts are stored as JSON strings)
     """
-    with _atomic_path(path) as tmp:
+    with atomic_path(path) as tmp:
         with h5py.File(tmp, "w", track_order=True, libver=("earliest", "v110")) as f:
             for k in sorted(attrs):
                 v = attrs[k]

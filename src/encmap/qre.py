@@ -147,17 +147,22 @@ class _Prepared:
             self.D, self.sumD = np.log(self.mu), 0.0
 
 
-def _pair(a: _Prepared, b: _Prepared, eps: float, support_tol: float) -> float:
+def _cross(a: _Prepared, b: _Prepared, C2: np.ndarray, eps: float, support_tol: float) -> float:
+    """Tr ρ_ε ln ρ'_ε for ρ = a, ρ' = b, given C2 = (Uᵀ U')∘(Uᵀ U') of shape (r, r'); -inf if unbounded."""
+    if eps > 0:
+        return float(np.log(b.mu0) + (a.mu - a.mu0) @ (C2 @ b.D) + a.mu0 * b.sumD)
+    # Unsmoothed: finite only if every eigenvector of ρ lies in the range of ρ'.
+    if np.any(1.0 - C2.sum(axis=1) > support_tol):
+        return float("-inf")
+    return float(a.mu @ (C2 @ b.D))
+
+
+def _pair_both(a: _Prepared, b: _Prepared, eps: float, support_tol: float) -> tuple[float, float]:
+    """(S(ρ_a‖ρ_b), S(ρ_b‖ρ_a)) from one product C = U_aᵀ U_b: the O(n r r') part is shared."""
     C2 = a.spec.U.T @ b.spec.U
     C2 *= C2  # (r, r'): C_kl² = (u_kᵀ u'_l)²
-    if eps > 0:
-        cross = np.log(b.mu0) + (a.mu - a.mu0) @ (C2 @ b.D) + a.mu0 * b.sumD
-    else:
-        # Unsmoothed: finite only if every eigenvector of ρ lies in the range of ρ'.
-        if np.any(1.0 - C2.sum(axis=1) > support_tol):
-            return float("inf")
-        cross = a.mu @ (C2 @ b.D)
-    return float(a.neg_entropy - cross)
+    return (a.neg_entropy - _cross(a, b, C2, eps, support_tol),
+            b.neg_entropy - _cross(b, a, C2.T, eps, support_tol))
 
 
 def pairwise_qre(
@@ -193,7 +198,7 @@ def pairwise_qre(
     b = as_spectrum(E_b, tol=tol, name="E_b")
     if a.n != b.n:
         raise EncmapError(f"pairwise QRE needs the same sentences: n = {a.n} vs n = {b.n}")
-    return _pair(_Prepared(a, eps), _Prepared(b, eps), eps, support_tol)
+    return _pair_both(_Prepared(a, eps), _Prepared(b, eps), eps, support_tol)[0]
 
 
 def pairwise_qre_matrix(
@@ -213,7 +218,8 @@ def pairwise_qre_matrix(
     Returns
     -------
     ndarray, shape (m, m)
-        Entry [i, j] = S(ρ_i,ε ‖ ρ_j,ε); zero diagonal; not symmetric.
+        Entry [i, j] = S(ρ_i,ε ‖ ρ_j,ε); zero diagonal; not symmetric. Each U_iᵀ U_j is
+        computed once and serves both directions, so the cost is n Σ_{i<j} 2 r_i r_j FLOP.
     """
     eps = check_eps(eps)
     specs = [as_spectrum(E, tol=tol, name=f"encoder {i}") for i, E in enumerate(encoders)]
@@ -223,9 +229,8 @@ def pairwise_qre_matrix(
     m = len(prep)
     out = np.zeros((m, m))
     for i in range(m):
-        for j in range(m):
-            if i != j:
-                out[i, j] = _pair(prep[i], prep[j], eps, support_tol)
+        for j in range(i + 1, m):
+            out[i, j], out[j, i] = _pair_both(prep[i], prep[j], eps, support_tol)
     return out
 
 

@@ -162,3 +162,23 @@ def check_density(rho: Any, name: str = "rho", atol: float = 1e-10) -> np.ndarra
     if np.linalg.eigvalsh(R).min() < -1e-8:
         raise EncmapError(f"{name}: not positive semi-definite")
     return R
+
+
+def max_perplexity(m: int) -> float:
+    """Largest perplexity openTSNE can honour for m points: it builds a 3 x perplexity
+    nearest-neighbour graph, which needs 3 x perplexity <= m - 1 other points."""
+    return (m - 1) / 3.0
+
+
+def check_perplexity(perplexity: float, m: int, what: str = "map.perplexity") -> float:
+    """Return ``perplexity`` if it suits a map of ``m`` points, else raise naming the bound."""
+    if m < 4:
+        raise EncmapError(f"a map needs at least 4 encoders, got m = {m}")
+    if not perplexity > 0:
+        raise EncmapError(f"{what} = {perplexity} must be > 0")
+    if perplexity > max_perplexity(m):
+        raise EncmapError(
+            f"{what} = {perplexity} is too large for a map of m = {m} encoders: openTSNE uses the "
+            f"3 x perplexity nearest neighbours of each point, so perplexity must be <= (m - 1)/3 = "
+            f"{max_perplexity(m):.2f} (rule of thumb: 5-10 for ~50 encoders, 30-50 for ~1,000)")
+    return float(perplexity)

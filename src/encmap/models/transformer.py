@@ -17,13 +17,13 @@ from .common import EmbeddingResult, length_order, output_arrays
 from .sources import hub_provenance, resolve_source
 
 
-def fresh_model(config, seed: int):
+def fresh_model(config, seed: int, trust_remote_code: bool = False):
     """The architecture of ``config`` with freshly initialised weights (seeded): a control."""
     import torch
     from transformers import AutoModel
 
     torch.manual_seed(seed)
-    return AutoModel.from_config(config)
+    return AutoModel.from_config(config, trust_remote_code=trust_remote_code)
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -38,14 +38,16 @@ def _load_sentence_transformer(spec: dict, ref: str, device: str):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    st = SentenceTransformer(ref, revision=spec["revision"], device=device)
+    # A checkpoint's own Python code runs only when its params entry says so explicitly.
+    st = SentenceTransformer(ref, revision=spec["revision"], device=device,
+                             trust_remote_code=spec.get("trust_remote_code", False))
     st.max_seq_length = spec["max_seq_length"]
     net = st[0].auto_model
     if spec["init"] == "random":
         # Control with the model's own tail modules: fresh transformer weights (the same as the
         # `transformers` backend's control for this seed), and fresh weights in any tail module
         # that has parameters (Dense); Pooling and Normalize have none.
-        net.load_state_dict(fresh_model(net.config, spec["seed"]).state_dict())
+        net.load_state_dict(fresh_model(net.config, spec["seed"], spec.get("trust_remote_code", False)).state_dict())
         torch.manual_seed(spec["seed"])
         for module in list(st)[1:]:
             for sub in module.modules():
@@ -72,11 +74,13 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     if spec["backend"] == "sentence-transformers":
         st, net = _load_sentence_transformer(spec, ref, device)
     else:
-        tok = AutoTokenizer.from_pretrained(ref, revision=rev)
+        remote = spec.get("trust_remote_code", False)
+        tok = AutoTokenizer.from_pretrained(ref, revision=rev, trust_remote_code=remote)
         if spec["init"] == "random":
-            net = fresh_model(AutoConfig.from_pretrained(ref, revision=rev), spec["seed"])
+            net = fresh_model(AutoConfig.from_pretrained(ref, revision=rev, trust_remote_code=remote), spec["seed"],
+                              remote)
         else:
-            net = AutoModel.from_pretrained(ref, revision=rev)
+            net = AutoModel.from_pretrained(ref, revision=rev, trust_remote_code=remote)
         net = net.to(device).eval()
     prov |= hub_provenance(spec["source"], rev, model)
     n_layers = int(net.config.num_hidden_layers)

@@ -1,21 +1,17 @@
-"""One function per pipeline step: read inputs, call the maths, write artifacts atomically.
-
-``scripts/*.py`` are thin adapters that pass Snakemake's inputs, outputs and params here.
-"""
+"""Backbone steps: curate, embed, factor the PIP, QRE features, gather the feature matrix."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from . import __version__
-from .io import read_h5, write_h5
-from .validation import EncmapError
+from .. import __version__
+from ..io import read_h5, write_h5
+from ..validation import EncmapError
+from .common import CARRIED, encoder_file, swap_dir
 
 
 def curate_step(sentences: dict, txt: str, manifest: str, sha: str, sources: str | None = None) -> None:
@@ -26,8 +22,8 @@ def curate_step(sentences: dict, txt: str, manifest: str, sha: str, sources: str
     """
     from itertools import chain
 
-    from .io import atomic_write_text
-    from .sentences import curate, read_source, source_files_tsv, write_curated
+    from ..io import atomic_write_text
+    from ..sentences import curate, read_source, source_files_tsv, write_curated
 
     cands = chain.from_iterable(read_source(s) for s in sentences["sources"])
     weights = {s["name"]: s["weight"] for s in sentences["sources"]}
@@ -46,9 +42,9 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     Every variant is computed and checked before anything is written, and the directory is
     swapped in whole, so a failing encoder leaves no partial artifact.
     """
-    from .device import resolve_device
-    from .models import embed_model, library_versions
-    from .sentences import file_sha256, read_sentences
+    from ..device import resolve_device
+    from ..models import embed_model, library_versions
+    from ..sentences import file_sha256, read_sentences
 
     texts = read_sentences(sentences_path)
     dev = resolve_device(device)
@@ -71,39 +67,8 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
                 "device_kind": dev.split(":")[0],
             })
 
-    _swap_dir(Path(outdir), write)
+    swap_dir(Path(outdir), write)
     return [v.id for v in res.variants]
-
-
-def _swap_dir(out: Path, write) -> None:
-    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``.
-
-    Temporary names end in ``.tmp`` (ignored by git and DVC). A job killed mid-write leaves
-    one behind; the next run of the same step removes it.
-    """
-    out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
-    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
-    try:
-        write(tmp)
-        tmp.chmod(0o755)  # mkdtemp makes 0700
-        if out.exists():
-            shutil.rmtree(out)
-        tmp.rename(out)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _encoder_file(indir: str | Path, encoder: str, what: str) -> Path:
-    f = Path(indir) / f"{encoder}.h5"
-    if not f.is_file():
-        raise EncmapError(f"{f}: no {what} for encoder {encoder!r}; rerun the step that makes {indir}")
-    return f
-
-
-#: Attributes that follow an encoder from its embeddings through every per-encoder artifact.
-_CARRIED = ("encoder_id", "encoder", "model", "sentences_sha256", "degenerate")
 
 
 def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int, center: bool,
@@ -111,9 +76,9 @@ def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: i
     """Factored PIP (U, λ, trace, rank) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``."""
     from threadpoolctl import threadpool_limits
 
-    from .spectrum import factor_pip, prepare_embeddings
+    from ..spectrum import factor_pip, prepare_embeddings
 
-    f = _encoder_file(emb_dir, encoder, "embeddings")
+    f = encoder_file(emb_dir, encoder, "embeddings")
     data, attrs = read_h5(f, ["embeddings"])
     name = f"encoder {encoder!r} ({f})"
     E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
@@ -122,33 +87,26 @@ def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: i
     ds: dict[str, Any] = {"U": spec.U, "lam": spec.lam}
     if E.shape[0] <= dense_max_n:
         ds["pip"] = spec.dense_pip()
-    write_h5(out, ds, {k: attrs.get(k, "") for k in _CARRIED} | {
+    write_h5(out, ds, {k: attrs.get(k, "") for k in CARRIED} | {
         "n": int(E.shape[0]), "d": int(E.shape[1]), "rank": spec.rank, "trace": spec.trace, "tol": tol,
         "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__,
         "note": "rho = U diag(lam) U^T; PIP = trace * rho (of the embeddings after center / normalize_rows)",
     })
 
 
-def load_spectrum(path: str | Path):
-    """Read a stored factored PIP back into a :class:`~encmap.spectrum.Spectrum`."""
-    from .spectrum import spectrum_from_arrays
-
-    data, attrs = read_h5(path, ["U", "lam"])
-    return spectrum_from_arrays(data["U"], data["lam"], attrs["trace"]), attrs
-
-
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
     """QRE features (n,) of one encoder from its stored factored PIP."""
     from threadpoolctl import threadpool_limits
 
-    from .qre import qre_features, qre_to_base
+    from ..qre import qre_features, qre_to_base
+    from .spectra import load_spectrum
 
     spec, attrs = load_spectrum(pip_file)
     with threadpool_limits(threads):
         feats = qre_features(spec, direction=direction, eps=eps)
         to_base = qre_to_base(spec, direction=direction, eps=eps)
-    write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in _CARRIED} | {
-        "direction": direction, "eps": eps,
+    write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in CARRIED} | {
+        "d": int(attrs["d"]), "direction": direction, "eps": eps,
         "qre_to_base": to_base, "encmap_version": __version__,
     })
 
@@ -156,6 +114,8 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
 def gather_step(feature_files: list[str], out: str, metrics: str | None = None) -> None:
     """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
 
+    ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
+    the model's ``meta``), so the map labels each point from the artifact it was computed from.
     Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
     in the file's ``dropped`` attribute and in the metrics.
     """
@@ -164,7 +124,7 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None) 
     if not feature_files:
         raise EncmapError(f"{out}: no encoder feature files to gather")
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
-    rows, ids, meta, dropped = [], [], [], {}
+    rows, ids, meta, encoders, dropped = [], [], [], [], {}
     first: dict[str, Any] | None = None
     for f in files:
         data, attrs = read_h5(f, ["features"])
@@ -180,18 +140,27 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None) 
         rows.append(data["features"])
         ids.append(attrs["encoder_id"])
         meta.append(float(attrs["qre_to_base"]))
+        encoders.append(json.dumps(encoder_record(attrs), sort_keys=True))
     if not rows:
         raise EncmapError(f"{out}: every encoder is degenerate ({sorted(dropped)}); nothing to map")
     F = np.vstack(rows)
-    write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta)},
+    write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta),
+                   "encoders": np.array(encoders, dtype=object)},
              first | {"m": F.shape[0], "dropped": dropped, "encmap_version": __version__})
     if metrics:
-        from .io import atomic_write_json
+        from ..io import atomic_write_json
 
         atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped), "n": int(F.shape[1]),
                                     "qre_to_base_mean": float(np.mean(meta)),
                                     "qre_to_base_min": float(np.min(meta)),
                                     "qre_to_base_max": float(np.max(meta))})
+
+
+def encoder_record(attrs: dict[str, Any]) -> dict[str, Any]:
+    """What the map shows about an encoder, from the attributes its artifacts carry."""
+    enc = json.loads(attrs["encoder"]) if isinstance(attrs["encoder"], str) else attrs["encoder"]
+    return {"id": enc["id"], "model": enc["model"], "layer": enc["layer"], "pooling": enc["pooling"],
+            "dim": enc["dim"], "d": int(attrs["d"]), "meta": enc["spec"]["meta"]}
 
 
 def describe(path: str) -> str:

@@ -1,0 +1,7 @@
+from _log import to_log
+
+from encmap.pipeline.mapping import map_step
+
+to_log(snakemake)  # noqa: F821 (snakemake is injected)
+s = snakemake  # noqa: F821
+map_step(s.input.features, s.input.pairwise, dict(s.output.items()), params=s.params.map)

