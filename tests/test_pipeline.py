@@ -18,6 +18,8 @@ from conftest import REPO, make_project, run, tiny_params, tree_hashes, write_us
 
 pytestmark = pytest.mark.slow
 ARTIFACTS = ("data", "results")
+#: Map settings for a map of 4 encoders: perplexity <= (4 - 1)/3, trustworthiness k < m/2.
+SMALL_MAP = {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}
 #: Artifacts that gather every encoder: any encoder's change changes them.
 GATHERED = ("results/features/qre.h5", "results/features/metrics.json", "results/similarity/", "results/map/")
 
@@ -321,9 +323,11 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
     unk = build_tiny_bert(tmp_path / "unk-bert", corrupt="vocab")
     params = tiny_params(tiny_bert, user_file)
     params["models"] = {"gauss": params["models"]["gauss"], "lsa": params["models"]["lsa"],
+                        "tiny-rand": params["models"]["tiny-rand"],
                         "unk": {"backend": "classical", "method": "static", "source": f"path:{unk}", "revision": None,
                                 "dims": [], "renormalize_truncated": True, "seed": 0,
                                 "meta": params["models"]["gauss"]["meta"]}}
+    params["map"] |= SMALL_MAP  # 4 encoders on the map once unk is dropped
     proj = make_project(tmp_path / "p", params)
     r = run("snakemake --cores 2 --keep-going", proj, check=False)
     assert r.returncode != 0
@@ -337,8 +341,10 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
     assert "left off the map" in (proj / "logs/embed/unk.log").read_text()
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         ids = [x.decode() for x in f["encoder_ids"][()]]
-        assert ids == ["gauss__out", "lsa__d16", "lsa__d8"] and "unk__out" in f.attrs["dropped"]
+        assert ids == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max"] and "unk__out" in f.attrs["dropped"]
     assert yaml.safe_load((proj / "results/features/metrics.json").read_text())["dropped_encoders"] == 1
+    coords = (proj / "results/map/coords.csv").read_text()
+    assert len(coords.splitlines()) == 1 + 4 and "unk__out" not in coords  # no rank <= 1 encoder on the map
 
 
 def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_file):
@@ -353,7 +359,8 @@ def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_f
     from conftest import env
 
     params = tiny_params(tiny_bert, user_file)
-    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss")}
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP
     proj = make_project(tmp_path / "proj", params, git=True)
     run("dvc repro", proj)
     run("git add -A && git commit -qm results", proj)
