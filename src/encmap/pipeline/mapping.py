@@ -102,10 +102,11 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"]}
     k = params["trustworthiness_k"]
     for name, D in (("l1", L), ("exact_qre", S)):
-        block: dict[str, Any] = {f"purity_{f}": neighbour_purity(D, col[f])["purity"] for f in ("model", "family", "pooling", "kind")}
+        purity = {f: neighbour_purity(D, col[f]) for f in ("model", "family", "pooling", "kind")}
+        block: dict[str, Any] = {f"purity_{f}": p["purity"] for f, p in purity.items()}
         pp = neighbour_purity(D, col["model"], among=pretrained)
         block |= {"purity_model_pretrained": pp["purity"], "purity_model_pretrained_count": pp["count"],
-                  "purity_model_chance": neighbour_purity(D, col["model"])["chance"],
+                  "purity_model_chance": purity["model"]["chance"],
                   "adjacent_layer_share": adjacent_layer_share(D, col["model"], col["pooling"], col["layer"])["share"],
                   "trustworthiness": trustworthiness(D, tmap.coords, k)}
         sep = separation(D, col["kind"], col["model"])
