@@ -10,6 +10,7 @@ include: "rules/curate.smk"
 include: "rules/embed.smk"
 include: "rules/pip.smk"
 include: "rules/qre.smk"
+include: "rules/similarity.smk"
 include: "rules/map.smk"
 
 
@@ -20,3 +21,4 @@ rule all:
         PIPS,
         "results/features/qre.h5",
         "results/map/map.html",
+        "results/similarity/metrics.json",

@@ -1,4 +1,4 @@
-from encmap.config import LAYOUT, artifact_paths, check_snakemake_config, map_figures
+from encmap.config import LAYOUT, artifact_paths, check_snakemake_config, map_figures, similarity_figures
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)
@@ -13,6 +13,7 @@ SENTENCES = f"data/sentences/{SET}.txt"
 PIPS = artifact_paths(config["models"], "pip")
 FEATURES = artifact_paths(config["models"], "features")
 MAP_FIGURES = map_figures(config["map"]["fields"])
+SIMILARITY_FIGURES = similarity_figures()
 
 
 wildcard_constraints:

@@ -1,23 +1,5 @@
-# Exact pairwise QRE between the encoders on the map (for the exact-qre map and the faithfulness
-# metrics), then the map: t-SNE coordinates, neighbours, figures, the interactive page, metrics.
-rule pairwise:
-    input:
-        features="results/features/qre.h5",
-        pips=PIPS,
-    output:
-        qre="results/similarity/qre_pairwise.h5",
-        timing="results/similarity/qre_pairwise.timing.json",
-    params:
-        eps=config["qre"]["eps"],
-    conda:
-        "../envs/encmap.yaml"
-    threads: 8  # BLAS threads of the U_i^T U_j products (capped at --cores locally)
-    log:
-        "logs/pairwise.log",
-    script:
-        "../scripts/pairwise.py"
-
-
+# The map: t-SNE coordinates, neighbours, figures, the interactive page, faithfulness metrics
+# (which compare the map with the exact pairwise QRE of rules/similarity.smk).
 rule map:
     input:
         features="results/features/qre.h5",

@@ -1,7 +1,8 @@
 from _log import to_log
 
-from encmap.pipeline.mapping import pairwise_step
+from encmap.pipeline.similarity import pairwise_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
-pairwise_step(s.input.features, list(s.input.pips), s.output.qre, s.output.timing, eps=s.params.eps, threads=s.threads)
+pairwise_step(s.input.features, list(s.input.pips), s.output.qre, s.output.cka, s.output.timing, eps=s.params.eps,
+              threads=s.threads)

@@ -61,3 +61,23 @@ def inspect_map_page(html: Path, screenshot: Path, *, colour_field: str, search:
         seen["pwned"] = page.evaluate("() => window.__pwned === undefined ? null : window.__pwned")
         browser.close()
     return seen
+
+
+def inspect_svg(svg: Path, screenshot: Path) -> dict:
+    """Open a static SVG figure in Chromium, save a screenshot; return its rendered size, how many
+    text groups and image elements it drew, and page errors."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 1400})
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(svg.resolve().as_uri())
+        box = page.evaluate("() => { const r = document.documentElement.getBoundingClientRect(); "
+                            "return [r.width, r.height]; }")
+        texts = page.evaluate("() => document.querySelectorAll('g[id^=\"text_\"]').length")
+        images = page.evaluate("() => document.querySelectorAll('image').length")
+        page.screenshot(path=str(screenshot))
+        browser.close()
+    return {"size": box, "texts": texts, "images": images, "errors": errors}

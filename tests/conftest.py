@@ -111,6 +111,17 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
         # 11 encoders: perplexity <= (11 - 1)/3.
         "map": {"metric": "manhattan", "perplexity": 3, "pca_dims": 0, "n_iter": 300, "early_exaggeration_iter": 100,
                 "init": "auto", "seed": 0, "neighbours": 3, "trustworthiness_k": 3, "fields": ["model", "kind", "layer"]},
+        # RBF CKA and stitches on the default groups (6 encoders here); MLPs between the outputs
+        # of tiny-st and gauss and the middle layer of tiny-rand.
+        "similarity": {
+            "subset": {"groups": ["outputs", "middle", "classical", "controls"], "encoders": [], "neighbours": 0},
+            "rbf": {"threshold": 1.0, "sample": 100, "seed": 0},
+            "stitch": {"sample": n, "val": 0.1, "test": 0.3, "seed": 0,
+                       "methods": ["affine", "ridge", "procrustes", "mean", "random-source"],
+                       "ridge_alphas": [0.01, 1.0, 100.0], "mlp_depths": [0, 1], "mlp_groups": ["outputs", "controls"],
+                       "mlp": {"max_epochs": 30, "patience": 5, "lr": 0.01, "batch_size": 64, "dtype": "float64"},
+                       "knn_k": 5, "device": "cpu"},
+        },
     }
 
 

@@ -304,7 +304,7 @@ def test_map_page_in_headless_chromium(tmp_path):
 
 
 def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
-    """A run's gathered features and PIPs, built from random embeddings through the real maths."""
+    """A run's embeddings, PIPs and gathered features, built from random embeddings through the real maths."""
     from encmap.io import write_h5
     from encmap.qre import qre_features, qre_to_base
     from encmap.spectrum import factor_pip
@@ -313,7 +313,10 @@ def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
     F, ids, recs, pips = [], [], [], []
     for i in range(m):
         rec = record(i, f"m{i % 3}", i % 2, "mean", kind="control" if i == 0 else "pretrained")
-        s = factor_pip(rng.normal(size=(n, 4 + i)))
+        E = rng.normal(size=(n, 4 + i))
+        s = factor_pip(E)
+        write_h5(root / f"results/embeddings/{rec['model']}/{rec['id']}.h5", {"embeddings": E.astype(np.float32)},
+                 {"sentences_sha256": sha, "encoder_id": rec["id"]})
         pip = root / f"results/pip/{rec['model']}/{rec['id']}.h5"
         write_h5(pip, {"U": s.U, "lam": s.lam}, {"trace": s.trace, "sentences_sha256": sha, "center": False,
                                                  "normalize_rows": False, "tol": 1e-12})
@@ -326,7 +329,8 @@ def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
              {"features": np.vstack(F), "encoder_ids": np.array(ids, dtype=object),
               "encoders": np.array(recs, dtype=object), "qre_to_base": np.zeros(m)},
              {"sentences_sha256": sha, "direction": "forward", "eps": 1e-6, "n": n, "m": m})
-    return {"features": str(root / "results/features/qre.h5"), "pips": pips}
+    return {"features": str(root / "results/features/qre.h5"), "pips": pips,
+            "embeddings": sorted(str(p) for p in (root / "results/embeddings").iterdir())}
 
 
 MAP_PARAMS = {"metric": "manhattan", "perplexity": 2, "pca_dims": 0, "n_iter": 200, "early_exaggeration_iter": 50,
@@ -342,11 +346,13 @@ def map_outputs(root: Path) -> dict:
 
 
 def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
-    from encmap.pipeline.mapping import map_step, pairwise_step
+    from encmap.pipeline.mapping import map_step
+    from encmap.pipeline.similarity import pairwise_step
 
     run = fake_run(tmp_path / "ok")
     pw = tmp_path / "ok/results/similarity/qre_pairwise.h5"
-    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "ok/t.json"), eps=1e-6)
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "ok/cka.h5"), str(tmp_path / "ok/t.json"),
+                  eps=1e-6)
     out = map_outputs(tmp_path / "ok")
     map_step(run["features"], str(pw), out, params=MAP_PARAMS)
     assert all(Path(f).is_file() for f in out.values())
@@ -356,13 +362,14 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
     # PIPs from another sentence set than the features: refused, naming the encoder and file.
     bad = fake_run(tmp_path / "bad")
     other = fake_run(tmp_path / "other", sha="b" * 64)
-    with pytest.raises(EncmapError, match=r"PIP of encoder 'm0__0' comes from another sentence set"):
-        pairwise_step(bad["features"], other["pips"], str(tmp_path / "bad/pw.h5"), str(tmp_path / "bad/t.json"),
-                      eps=1e-6)
-    assert not (tmp_path / "bad/pw.h5").exists() and not (tmp_path / "bad/t.json").exists()
+    with pytest.raises(EncmapError, match=r"encoder 'm0__0': PIP made from another sentence set"):
+        pairwise_step(bad["features"], other["pips"], str(tmp_path / "bad/pw.h5"), str(tmp_path / "bad/cka.h5"),
+                      str(tmp_path / "bad/t.json"), eps=1e-6)
+    assert not any((tmp_path / "bad" / f).exists() for f in ("pw.h5", "cka.h5", "t.json"))
     # A pairwise matrix of another run: the map refuses it; nothing of the map is written.
     pw_other = tmp_path / "other/pw.h5"
-    pairwise_step(other["features"], other["pips"], str(pw_other), str(tmp_path / "other/t.json"), eps=1e-6)
+    pairwise_step(other["features"], other["pips"], str(pw_other), str(tmp_path / "other/cka.h5"),
+                  str(tmp_path / "other/t.json"), eps=1e-6)
     out = map_outputs(tmp_path / "bad")
     with pytest.raises(EncmapError, match="describe different encoders, sentence sets or eps"):
         map_step(bad["features"], str(pw_other), out, params=MAP_PARAMS)
@@ -374,11 +381,12 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
 
 
 def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):
-    from encmap.pipeline.mapping import map_step, pairwise_step
+    from encmap.pipeline.mapping import map_step
+    from encmap.pipeline.similarity import pairwise_step
 
     run = fake_run(tmp_path)
     pw = tmp_path / "pw.h5"
-    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "t.json"), eps=1e-6)
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "cka.h5"), str(tmp_path / "t.json"), eps=1e-6)
     out = map_outputs(tmp_path)
     map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"metric": "exact-qre"})
     import h5py

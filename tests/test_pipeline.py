@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import h5py
@@ -38,8 +39,9 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
     a = make_project(tmp_path_factory.mktemp("mapped") / "a", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
-    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|map)\s+(\d+)$", plan, re.M))
-    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1", "pairwise": "1", "map": "1"}, plan[-2000:]
+    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|stitch|compare|map)\s+(\d+)$", plan, re.M))
+    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1", "pairwise": "1", "stitch": "1",
+                      "compare": "1", "map": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
     return a
 
@@ -51,7 +53,8 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, t
     ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
     # Everything but the wall-clock timings (kept in their own files for this reason).
     timings = {k for k in ha if k.endswith("timing.json")}
-    assert timings == {"results/map/timing.json", "results/similarity/qre_pairwise.timing.json"}
+    assert timings == {"results/map/timing.json", "results/similarity/qre_pairwise.timing.json",
+                       "results/similarity/stitch.timing.json"}
     ha, hb = ({k: v for k, v in h.items() if k not in timings} for h in (ha, hb))
     assert len(ha) > 20 and ha == hb
     maps = sorted(k for k in ha if k.startswith("results/map/"))
@@ -103,6 +106,39 @@ def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
     with h5py.File(mapped / "results/similarity/qre_pairwise.h5", "r") as f:
         Q = f["qre"][()]
         assert Q.shape == (11, 11) and np.all(np.diag(Q) == 0) and np.all(Q[~np.eye(11, dtype=bool)] > 0)
+
+
+def test_pipeline_similarity_outputs_and_heatmap_in_chromium(mapped, tmp_path):
+    from browser import inspect_svg
+
+    sim = mapped / "results/similarity"
+    with h5py.File(sim / "cka.h5", "r") as f:
+        C = f["cka_debiased"][()]
+        assert C.shape == (11, 11) and np.allclose(C, C.T) and np.all(np.diag(C) == 1)
+        assert len(f["fingerprints"][()]) == 11
+    with h5py.File(sim / "cka_rbf.h5", "r") as f:
+        # The default groups on the tiny config: tiny-st's output and middle layer, lsa's two
+        # sizes, gauss's output, tiny-rand's (only) layer.
+        ids = sorted(x.decode() for x in f["encoder_ids"][()])
+        assert ids == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max", "tiny-st__l01-mean", "tiny-st__out"]
+        assert f.attrs["sample"] == 100
+    rows = list(csv.DictReader((sim / "stitches.csv").open()))
+    methods = Counter((r["method"], r["depth"]) for r in rows)
+    # 6 x 5 ordered pairs x 5 methods; MLPs (depths 0, 1) among the 3 outputs/controls, both ways.
+    assert methods == {**{(m, ""): 30 for m in ("affine", "ridge", "procrustes", "mean", "random-source")},
+                       ("mlp", "0"): 6, ("mlp", "1"): 6}
+    ridge = [float(r["r2"]) for r in rows if r["method"] == "ridge"]
+    mean = [float(r["r2"]) for r in rows if r["method"] == "mean"]
+    assert np.mean(ridge) > np.mean(mean) and max(abs(x) for x in mean) < 0.2
+    agreement = list(csv.DictReader((sim / "agreement.csv").open()))
+    pairs = {(r["a"], r["b"]) for r in agreement}
+    assert pairs >= {("l1", "exact_qre"), ("l1", "1-cka"), ("exact_qre", "1-stitch_ridge")}
+    assert next(r for r in agreement if (r["a"], r["b"]) == ("l1", "1-cka"))["pairs"] == "55"
+    shot = Path(os.environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "tiny_cka_heatmap.png"
+    seen = inspect_svg(sim / "figures/cka_linear.svg", shot)
+    # 11 row + 11 column labels, title, colour-bar label and ticks; the matrix and the colour bar
+    # as raster images.
+    assert seen["errors"] == [] and seen["images"] == 2 and seen["texts"] >= 24 and min(seen["size"]) > 300, seen
 
 
 def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
@@ -163,6 +199,17 @@ def ran(out: str) -> set[str]:
     return set(re.findall(r"Running stage '([^']+)'", out))
 
 
+#: Stages that gather every encoder.
+GATHERING = ("qre", "pairwise", "stitch", "compare", "map")
+
+
+def computed(root: Path) -> dict:
+    """How many pairs the pair stages computed (not reused) in their last run."""
+    sim = root / "results/similarity"
+    t = json.loads((sim / "qre_pairwise.timing.json").read_text()) | json.loads((sim / "stitch.timing.json").read_text())
+    return {k: t[k] for k in ("pairs_computed", "stitch_pairs_computed", "rbf_pairs_computed")}
+
+
 def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
@@ -177,7 +224,10 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     # 1. One model's params change: only that model's artifacts (and the gathered matrix) change.
     (proj / "params.yaml").write_text(yaml.safe_dump(_set(params, "models.gauss.seed", 1), sort_keys=False))
     out = run("dvc repro", proj).stdout
-    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", "qre", "pairwise", "map"}, out
+    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", *GATHERING}, out
+    # The pair stages recompute only gauss__out's pairs: 10 of 55 (QRE, CKA); 2 x 5 ordered
+    # stitch pairs and 5 RBF pairs of the 6-encoder subset.
+    assert computed(proj) == {"pairs_computed": 10, "stitch_pairs_computed": 10, "rbf_pairs_computed": 5}
     h1 = tree_hashes(proj, *ARTIFACTS)
     diff = changed(h0, h1)
     assert diff and all("gauss" in k or k.startswith(GATHERED) for k in diff), diff
@@ -189,7 +239,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     # The gathering stages rerun only if their inputs changed bytes (a new ARPACK start vector
     # may flip signs in U, which the QRE does not see).
     assert {"embed@lsa", "pip@lsa", "features@lsa"} <= ran(out) <= {"embed@lsa", "pip@lsa", "features@lsa",
-                                                                    "qre", "pairwise", "map"}, out
+                                                                    *GATHERING}, out
     h2 = tree_hashes(proj, *ARTIFACTS)
     assert all("lsa" in k or k.startswith(GATHERED) for k in changed(h1, h2))
     run("dvc exp show --no-pager --csv", proj)
@@ -198,7 +248,9 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
 
     # ε is a features param: changing it reruns the features, never the embeddings or PIPs.
     out = run("dvc exp run -S qre.eps=0.001", proj).stdout
-    assert {s.split("@")[0] for s in ran(out)} == {"features", "qre", "pairwise", "map"}, out
+    assert {s.split("@")[0] for s in ran(out)} == {"features", *GATHERING}, out
+    # New ε: every QRE pair again; the stitch stage reran (new features) but its inputs did not change.
+    assert computed(proj) == {"pairs_computed": 55, "stitch_pairs_computed": 0, "rbf_pairs_computed": 0}
     assert "qre.eps" in run("dvc params diff", proj).stdout
     assert "qre_to_base_mean" in run("dvc metrics diff", proj).stdout
     run("git checkout -q -- . && dvc checkout -q", proj)
@@ -216,7 +268,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
     out = run("dvc exp run -S pip.center=true", proj).stdout
-    assert {s.split("@")[0] for s in ran(out)} == {"pip", "features", "qre", "pairwise", "map"}, out
+    assert {s.split("@")[0] for s in ran(out)} == {"pip", "features", *GATHERING}, out
     h3 = tree_hashes(proj, *ARTIFACTS)
     assert not [k for k in changed(h1, h3) if k.startswith(("results/embeddings", "data/"))]
     with h5py.File(proj / "results/pip/gauss/gauss__out.h5", "r") as f:
@@ -226,7 +278,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
 
     # Dropping a variant reruns that model only, and its per-encoder files leave every stage.
     out = run("dvc exp run -S 'models.lsa.dims=[8]'", proj).stdout
-    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "qre", "pairwise", "map"}, out
+    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", *GATHERING}, out
     for stage in ("embeddings", "pip", "features/encoders"):
         assert sorted(f.name for f in (proj / "results" / stage / "lsa").glob("*.h5")) == ["lsa__d8.h5"], stage
     with h5py.File(proj / "results/features/qre.h5", "r") as f:

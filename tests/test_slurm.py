@@ -64,6 +64,7 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     for rule in ("pip", "features"):
         prof["set-resources"][rule].update(mem_mb=1000)
     prof["set-resources"]["pairwise"].update(mem_mb=1000, cpus_per_task=1)
+    prof["set-resources"]["stitch"].update(mem_mb=1000, cpus_per_gpu=1)
     prof["slurm-init-seconds-before-status-checks"] = 2
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
@@ -79,7 +80,9 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
     # The plugin tags each sbatch job with its rule: one embed per model, pip and features per encoder.
     rules = Counter(re.match(r"rule_([a-z]+)", j.get("Comment", "")).group(1) for j in jobs)
-    assert rules == {"curate": 1, "embed": 2, "pip": 4, "features": 4, "qre": 1, "pairwise": 1, "map": 1}, jobs
-    # Only the transformer's embed job asked for a GPU (resources: gpu=1 -> sbatch --gpus=1).
-    gpu = [j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", "")]
-    assert len(gpu) == 1 and gpu[0].startswith("rule_embed_wildcards_tiny-st"), gpu
+    assert rules == {"curate": 1, "embed": 2, "pip": 4, "features": 4, "qre": 1, "pairwise": 1, "stitch": 1,
+                     "compare": 1, "map": 1}, jobs
+    # Only the transformer's embed job and the stitch job (MLPs) asked for a GPU (resources:
+    # gpu=1 -> sbatch --gpus=1).
+    gpu = sorted(j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", ""))
+    assert len(gpu) == 2 and gpu[0].startswith("rule_embed_wildcards_tiny-st") and gpu[1].startswith("rule_stitch"), gpu

@@ -98,3 +98,30 @@ def test_bad_input():
         stitch(X, X, "cca", split_rows(400))
     with pytest.raises(EncmapError, match="MLP depth 7"):
         stitch(X, X, "mlp", split_rows(400), depth=7)
+
+
+def test_stacked_targets_fit_like_separate_ones():
+    """Columnwise stitches fitted to several targets side by side equal the separate fits."""
+    from encmap.stitch import COLUMNWISE, fit_predict
+
+    rng = np.random.default_rng(3)
+    X = rng.standard_normal((120, 6))
+    Ys = [rng.standard_normal((120, 4)), X @ rng.standard_normal((6, 3))]
+    split = split_rows(120, val=0.1, test=0.25, random_state=0)
+    for method in COLUMNWISE:
+        P, extra = fit_predict(X, np.hstack(Ys), method, split)
+        parts = [fit_predict(X, Y, method, split) for Y in Ys]
+        assert np.allclose(P, np.hstack([p for p, _ in parts]), atol=1e-12, rtol=0)
+        if "coef" in extra:
+            assert np.allclose(extra["coef"], np.hstack([e["coef"] for _, e in parts]), atol=1e-12, rtol=0)
+
+
+def test_constant_target_dimensions_are_left_out_of_r2():
+    """A dead output dimension (its SST is rounding noise) must not swamp the per-dimension R²."""
+    rng = np.random.default_rng(4)
+    Y = rng.standard_normal((50, 3))
+    P = Y + 0.1 * rng.standard_normal((50, 3))
+    dead = np.column_stack([Y, np.full(50, 0.0417) + 1e-19 * rng.standard_normal(50)])
+    got = scores(dead, np.column_stack([P, np.full(50, 0.05)]), k=3)
+    assert got["constant_dims"] == 1
+    assert got["r2"] == pytest.approx(r2_score(Y, P))

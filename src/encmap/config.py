@@ -74,6 +74,15 @@ def validate_params(params: Any, where: str = "params") -> None:
     if "map" in params:
         # The map has at most this many encoders (fewer if some are dropped): fail before any job.
         check_perplexity(params["map"]["perplexity"], len(encoders), f"{where}: key map.perplexity")
+    if "similarity" in params:
+        sim = params["similarity"]
+        unknown = [e for e in sim["subset"]["encoders"] if e not in encoders]
+        if unknown:
+            raise EncmapError(f"{where}: key similarity.subset.encoders: no encoder {unknown[0]!r} in models")
+        st = sim["stitch"]
+        if st["val"] + st["test"] >= 1:
+            raise EncmapError(f"{where}: key similarity.stitch: val + test = {st['val'] + st['test']} leaves no "
+                              "training sentences (must be below 1)")
 
 
 # Per-encoder artifacts (Snakemake outputs of rules pip and features); one file per encoder
@@ -82,6 +91,15 @@ LAYOUT = {
     "pip": "results/pip/{model}/{encoder}.h5",
     "features": "results/features/encoders/{model}/{encoder}.h5",
 }
+
+
+#: Heatmaps of the compare step (``results/similarity/figures/<name>.png|svg``).
+HEATMAPS = ("cka_linear", "cka_rbf", "stitch_r2")
+
+
+def similarity_figures() -> dict[str, str]:
+    """Heatmaps of the compare step, by Snakemake output name (``png_<name>``, ``svg_<name>``)."""
+    return {f"{ext}_{h}": f"results/similarity/figures/{h}.{ext}" for h in HEATMAPS for ext in ("png", "svg")}
 
 
 def map_figures(fields: list[str]) -> dict[str, str]:

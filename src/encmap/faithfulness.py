@@ -142,3 +142,33 @@ def distance_agreement(L: np.ndarray, Q: np.ndarray) -> dict:
     asym = np.abs(Q - Q.T)[iu] / np.maximum(Q + Q.T, np.finfo(float).tiny)[iu]
     out["median_relative_asymmetry"] = float(np.median(asym))
     return out
+
+
+def agreement_table(measures: dict[str, np.ndarray]) -> list[dict]:
+    """Spearman rank correlation between every two pair measures, over the pairs both have.
+
+    Parameters
+    ----------
+    measures : name -> ndarray (p,), one value per unordered encoder pair (the same pairs, in
+        the same order, for every measure); NaN where a measure was not computed for a pair.
+
+    Returns
+    -------
+    list of dict
+        One row per two measures (in the order given): ``a``, ``b``, ``spearman`` (NaN with
+        fewer than 3 common pairs or a constant measure) and ``pairs`` (how many were used).
+    """
+    names = list(measures)
+    vals = {k: np.asarray(v, dtype=np.float64) for k, v in measures.items()}
+    if len({v.shape for v in vals.values()}) > 1:
+        raise EncmapError(f"agreement table: measures cover different pairs {[v.shape for v in vals.values()]}")
+    rows = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ok = np.isfinite(vals[a]) & np.isfinite(vals[b])
+            x, y = vals[a][ok], vals[b][ok]
+            rho = float("nan")
+            if ok.sum() >= 3 and np.ptp(x) > 0 and np.ptp(y) > 0:
+                rho = float(spearmanr(x, y).statistic)
+            rows.append({"a": a, "b": b, "spearman": rho, "pairs": int(ok.sum())})
+    return rows

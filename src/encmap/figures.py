@@ -1,4 +1,4 @@
-"""Static map figures (matplotlib): one PNG and one SVG per metadata field, reproducible bytes.
+"""Static figures (matplotlib): the map per metadata field, heatmaps of pair measures; reproducible bytes.
 
 PNG and SVG carry no timestamps (``metadata`` without dates, a fixed ``svg.hashsalt``), so
 the same map gives byte-identical files and DVC sees no change on a rerun.
@@ -46,8 +46,6 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
     import matplotlib.pyplot as plt
     from matplotlib import colors as mcolors
 
-    from .io import atomic_path
-
     coords = np.asarray(coords, dtype=np.float64)
     values = [field_values(r)[field] for r in records]
     plt.rcParams["svg.hashsalt"] = "encmap"  # stable SVG element ids
@@ -82,9 +80,49 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
     ax.set_ylabel("t-SNE 2")
     ax.set_aspect("equal", adjustable="datalim")
     ax.tick_params(labelsize=8)
+    _save(fig, png, svg)
+
+
+def _save(fig, png: str | Path, svg: str | Path) -> None:
+    """Write PNG and SVG without timestamps, atomically, and close the figure."""
+    import matplotlib.pyplot as plt
+
+    from .io import atomic_path
+
     fig.tight_layout()
     with atomic_path(png) as tmp:
         fig.savefig(tmp, format="png", metadata={"Software": None})
     with atomic_path(svg) as tmp:
         fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None})
     plt.close(fig)
+
+
+def draw_heatmap(M: np.ndarray, rows: Sequence[str], cols: Sequence[str], png: str | Path, svg: str | Path, *,
+                 title: str, label: str, vmin: float | None = None, vmax: float | None = None) -> None:
+    """A labelled heatmap of a matrix (e.g. CKA between encoders); NaN cells are left grey.
+
+    Parameters
+    ----------
+    M : ndarray, shape (len(rows), len(cols))
+    rows, cols : tick labels (encoder ids)
+    png, svg : output paths (written atomically)
+    title, label : figure title and colour-bar label
+    vmin, vmax : colour scale limits (default: the finite values' range)
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    M = np.asarray(M, dtype=np.float64)
+    plt.rcParams["svg.hashsalt"] = "encmap"
+    side = min(4.0 + 0.16 * max(len(rows), len(cols)), 30.0)
+    fig, ax = plt.subplots(figsize=(side + 1.5, side), dpi=150)
+    cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
+    im = ax.imshow(np.ma.masked_invalid(M), cmap=cmap, vmin=vmin, vmax=vmax, interpolation="nearest")
+    font = max(3.0, min(8.0, 400.0 / max(len(rows), len(cols), 1)))
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=font)
+    ax.set_yticks(range(len(rows)), rows, fontsize=font)
+    fig.colorbar(im, ax=ax, label=label, shrink=0.8)
+    ax.set_title(title, fontsize=11)
+    _save(fig, png, svg)

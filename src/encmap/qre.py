@@ -129,8 +129,8 @@ def quantum_relative_entropy(rho: np.ndarray, sigma: np.ndarray, *, tol: float =
     return float(xlogy(w, w).sum() - (p[~null] * np.log(s[~null])).sum())
 
 
-class _Prepared:
-    """Per-encoder quantities reused by every pair that involves it."""
+class PreparedSpectrum:
+    """Per-encoder quantities reused by every pair that involves it (for :func:`qre_both`)."""
 
     __slots__ = ("spec", "mu", "mu0", "neg_entropy", "D", "sumD")
 
@@ -147,7 +147,7 @@ class _Prepared:
             self.D, self.sumD = np.log(self.mu), 0.0
 
 
-def _cross(a: _Prepared, b: _Prepared, C2: np.ndarray, eps: float, support_tol: float) -> float:
+def _cross(a: PreparedSpectrum, b: PreparedSpectrum, C2: np.ndarray, eps: float, support_tol: float) -> float:
     """Tr ρ_ε ln ρ'_ε for ρ = a, ρ' = b, given C2 = (Uᵀ U')∘(Uᵀ U') of shape (r, r'); -inf if unbounded."""
     if eps > 0:
         return float(np.log(b.mu0) + (a.mu - a.mu0) @ (C2 @ b.D) + a.mu0 * b.sumD)
@@ -157,10 +157,15 @@ def _cross(a: _Prepared, b: _Prepared, C2: np.ndarray, eps: float, support_tol: 
     return float(a.mu @ (C2 @ b.D))
 
 
-def _pair_both(a: _Prepared, b: _Prepared, eps: float, support_tol: float) -> tuple[float, float]:
-    """(S(ρ_a‖ρ_b), S(ρ_b‖ρ_a)) from one product C = U_aᵀ U_b: the O(n r r') part is shared."""
-    C2 = a.spec.U.T @ b.spec.U
-    C2 *= C2  # (r, r'): C_kl² = (u_kᵀ u'_l)²
+def qre_both(a: PreparedSpectrum, b: PreparedSpectrum, eps: float, support_tol: float,
+             C: np.ndarray | None = None) -> tuple[float, float]:
+    """(S(ρ_a‖ρ_b), S(ρ_b‖ρ_a)) from one product C = U_aᵀ U_b (r, r'): the O(n r r') part is shared.
+
+    ``C``: the product if the caller already has it (other pair measures use it too).
+    """
+    C2 = a.spec.U.T @ b.spec.U if C is None else C * C
+    if C is None:
+        C2 *= C2  # (r, r'): C_kl² = (u_kᵀ u'_l)²
     return (a.neg_entropy - _cross(a, b, C2, eps, support_tol),
             b.neg_entropy - _cross(b, a, C2.T, eps, support_tol))
 
@@ -198,7 +203,7 @@ def pairwise_qre(
     b = as_spectrum(E_b, tol=tol, name="E_b")
     if a.n != b.n:
         raise EncmapError(f"pairwise QRE needs the same sentences: n = {a.n} vs n = {b.n}")
-    return _pair_both(_Prepared(a, eps), _Prepared(b, eps), eps, support_tol)[0]
+    return qre_both(PreparedSpectrum(a, eps), PreparedSpectrum(b, eps), eps, support_tol)[0]
 
 
 def pairwise_qre_matrix(
@@ -225,12 +230,12 @@ def pairwise_qre_matrix(
     specs = [as_spectrum(E, tol=tol, name=f"encoder {i}") for i, E in enumerate(encoders)]
     if len({s.n for s in specs}) > 1:
         raise EncmapError(f"pairwise QRE needs the same sentences: n = {sorted({s.n for s in specs})}")
-    prep = [_Prepared(s, eps) for s in specs]
+    prep = [PreparedSpectrum(s, eps) for s in specs]
     m = len(prep)
     out = np.zeros((m, m))
     for i in range(m):
         for j in range(i + 1, m):
-            out[i, j], out[j, i] = _pair_both(prep[i], prep[j], eps, support_tol)
+            out[i, j], out[j, i] = qre_both(prep[i], prep[j], eps, support_tol)
     return out
 
 

@@ -171,3 +171,68 @@ def linear_cka_matrix(encoders: list[np.ndarray]) -> tuple[np.ndarray, np.ndarra
             B[i, j] = B[j, i] = xty / np.sqrt(self_b[i] * self_b[j])
             U[i, j] = U[j, i] = _debiased_hsic(xty, rows[i], rows[j], n) / np.sqrt(self_u[i] * self_u[j])
     return B, U
+
+
+class CKAFactor:
+    """Per-encoder quantities for linear CKA from a factored PIP ρ = U diag(λ) Uᵀ.
+
+    The linear kernel of the embeddings is their PIP, E Eᵀ = tr(M) ρ, and CKA ignores the scale,
+    so X = U diag(√λ) (n x r) is a feature map of the same kernel. With a = Uᵀ 1 (r,), the
+    centred features are H X = (U - 1 aᵀ / n) diag(√λ) and every pair term needs only
+    U_iᵀ U_j: (H X_i)ᵀ (H X_j) = diag(√λ_i) (U_iᵀ U_j - a_i a_jᵀ / n) diag(√λ_j).
+    """
+
+    __slots__ = ("n", "s", "a", "rows", "self_b", "self_u")
+
+    def __init__(self, U: np.ndarray, lam: np.ndarray):
+        n = U.shape[0]
+        self.n = n
+        self.s = np.sqrt(lam)
+        self.a = U.sum(axis=0)
+        Xc = (U - self.a / n) * self.s  # (n, r), centred features
+        self.rows = np.einsum("ij,ij->i", Xc, Xc)
+        self.self_b = float(np.linalg.norm(Xc.T @ Xc) ** 2)
+        self.self_u = _debiased_hsic(self.self_b, self.rows, self.rows, n)
+        if self.self_b <= 0 or self.self_u <= 0:
+            raise EncmapError("CKA is undefined for an encoder with no variance across sentences")
+
+
+def cka_from_product(C: np.ndarray, f: CKAFactor, g: CKAFactor) -> tuple[float, float]:
+    """Biased and debiased linear CKA of two encoders from C = U_fᵀ U_g, shape (r_f, r_g); O(r_f r_g).
+
+    Equals :func:`linear_cka` on the embeddings the two PIPs were factored from.
+    """
+    Mc = (C - np.outer(f.a, g.a) / f.n) * f.s[:, None] * g.s[None, :]
+    xty = float(np.einsum("ij,ij->", Mc, Mc))
+    biased = xty / np.sqrt(f.self_b * g.self_b)
+    debiased = _debiased_hsic(xty, f.rows, g.rows, f.n) / np.sqrt(f.self_u * g.self_u)
+    return biased, debiased
+
+
+def gram_cka_matrix(grams: list[np.ndarray | None], *, debiased: bool = False,
+                    todo: np.ndarray | None = None) -> np.ndarray:
+    """CKA between every two of m kernels (each n x n), centring each Gram once.
+
+    Parameters
+    ----------
+    grams : m Gram matrices of shape (n, n); None for a kernel no pair in ``todo`` needs
+    todo : bool ndarray (m, m), optional
+        Pairs (i < j) to compute; default all. Others are NaN in the result.
+
+    Returns
+    -------
+    ndarray, shape (m, m), symmetric, unit diagonal
+    """
+    m = len(grams)
+    todo = np.triu(np.ones((m, m), bool) if todo is None else np.asarray(todo, bool), 1)
+    need = np.flatnonzero(todo.any(axis=0) | todo.any(axis=1))
+    C = {i: center_gram(grams[i], unbiased=debiased) for i in need}
+    norms = {i: float(np.linalg.norm(K)) for i, K in C.items()}
+    for i, v in norms.items():
+        if v <= 0:
+            raise EncmapError(f"CKA is undefined for kernel {i}: constant")
+    out = np.full((m, m), np.nan)
+    np.fill_diagonal(out, 1.0)
+    for i, j in zip(*np.nonzero(todo)):
+        out[i, j] = out[j, i] = float(C[i].ravel() @ C[j].ravel()) / (norms[i] * norms[j])
+    return out

@@ -21,6 +21,8 @@ import numpy as np
 from .validation import EncmapError, check_embeddings
 
 METHODS = ("affine", "ridge", "procrustes", "mlp", "mean", "random-source")
+#: A target dimension whose SST is at most this share of the largest is constant (R² undefined).
+CONSTANT_DIM_RTOL = 1e-9
 
 
 @dataclass(frozen=True)
@@ -52,9 +54,13 @@ def _pair(X, Y) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_affine(X: np.ndarray, Y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Least-squares A (d, d'), b (d',) minimising ||X A + 1 bᵀ - Y||_F (LAPACK gelsd, float64)."""
+    """Least-squares A (d, d'), b (d',) minimising ||X A + 1 bᵀ - Y||_F (LAPACK gelsy, float64)."""
+    import scipy.linalg
+
     X1 = np.hstack([X, np.ones((X.shape[0], 1))])
-    coef, *_ = np.linalg.lstsq(X1, Y, rcond=None)
+    # gelsy: complete orthogonal factorisation (QR with column pivoting), the minimum-norm
+    # solution like gelsd's SVD but ~8x faster with many right-hand sides (stacked targets).
+    coef, *_ = scipy.linalg.lstsq(X1, Y, lapack_driver="gelsy", check_finite=False)
     return coef[:-1], coef[-1]
 
 
@@ -77,17 +83,21 @@ def _pad(A: np.ndarray, k: int) -> np.ndarray:
 
 def fit_mlp(X: np.ndarray, Y: np.ndarray, Xv: np.ndarray, Yv: np.ndarray, *, depth: int, random_state: int = 0,
             max_epochs: int = 2000, patience: int = 50, lr: float = 1e-2, batch_size: int = 256,
-            device: str = "cpu"):
+            device: str = "cpu", dtype: str = "float64"):
     """An MLP stitch: ``depth`` hidden layers of width max(d, d') with ReLU, then a linear layer.
 
     Depth 0 is a single affine layer. Adam on MSE, mini-batches in a seeded order; training stops
     when the validation MSE has not improved for ``patience`` epochs, and the best weights are
-    kept. Returns a function ndarray (k, d) -> ndarray (k, d').
+    kept. ``dtype``: float64, or float32 (GPU speed; the linear stitches stay in float64).
+    Returns a function ndarray (k, d) -> ndarray (k, d') (float64).
     """
     import torch
 
     if not 0 <= depth <= 6:
         raise EncmapError(f"MLP depth {depth} must be in 0..6")
+    if dtype not in ("float32", "float64"):
+        raise EncmapError(f"MLP dtype {dtype!r}: choose float32 or float64")
+    dt = getattr(torch, dtype)
     torch.manual_seed(random_state)
     d, e = X.shape[1], Y.shape[1]
     width = max(d, e)
@@ -95,9 +105,9 @@ def fit_mlp(X: np.ndarray, Y: np.ndarray, Xv: np.ndarray, Yv: np.ndarray, *, dep
     for i in range(depth):
         layers += [torch.nn.Linear(d if i == 0 else width, width), torch.nn.ReLU()]
     layers.append(torch.nn.Linear(width if depth else d, e))
-    net = torch.nn.Sequential(*layers).to(device=device, dtype=torch.float64)
+    net = torch.nn.Sequential(*layers).to(device=device, dtype=dt)
     opt = torch.optim.Adam(net.parameters(), lr=lr)
-    t = {k: torch.as_tensor(v, dtype=torch.float64, device=device) for k, v in (("X", X), ("Y", Y), ("Xv", Xv), ("Yv", Yv))}
+    t = {k: torch.as_tensor(v, dtype=dt, device=device) for k, v in (("X", X), ("Y", Y), ("Xv", Xv), ("Yv", Yv))}
     gen = torch.Generator().manual_seed(random_state)
     best, best_state, stale = float("inf"), None, 0
     for _ in range(max_epochs):
@@ -122,7 +132,7 @@ def fit_mlp(X: np.ndarray, Y: np.ndarray, Xv: np.ndarray, Yv: np.ndarray, *, dep
 
     def predict(A: np.ndarray) -> np.ndarray:
         with torch.no_grad():
-            return net(torch.as_tensor(A, dtype=torch.float64, device=device)).cpu().numpy()
+            return net(torch.as_tensor(A, dtype=dt, device=device)).cpu().numpy().astype(np.float64)
 
     return predict
 
@@ -131,7 +141,8 @@ def scores(Y: np.ndarray, P: np.ndarray, *, k: int = 10) -> dict:
     """How well predictions P match targets Y (both (n, d')) on held-out rows.
 
     Returns MSE, MAE, R² (mean over target dimensions of 1 - SSE_j/SST_j, SST about the rows' own
-    mean; and variance-weighted: 1 - ΣSSE/ΣSST), the mean cosine between predicted and true rows,
+    mean, leaving out constant dimensions (``constant_dims``: SST_j <= 1e-9 max SST); and
+    variance-weighted: 1 - ΣSSE/ΣSST), the mean cosine between predicted and true rows,
     and top-k neighbour agreement: the mean share of each row's k nearest rows (cosine) that the
     predicted space and the true space have in common.
     """
@@ -139,10 +150,13 @@ def scores(Y: np.ndarray, P: np.ndarray, *, k: int = 10) -> dict:
     err = Y - P
     sse = (err ** 2).sum(axis=0)
     sst = ((Y - Y.mean(axis=0)) ** 2).sum(axis=0)
-    ok = sst > 0
+    # R² of a constant target dimension is undefined (some models have dead output dimensions,
+    # whose SST is rounding noise); such dimensions are left out of the per-dimension mean.
+    ok = sst > CONSTANT_DIM_RTOL * sst.max()
     cos = np.einsum("ij,ij->i", Y, P) / np.maximum(np.linalg.norm(Y, axis=1) * np.linalg.norm(P, axis=1), 1e-300)
     return {"mse": float((err ** 2).mean()), "mae": float(np.abs(err).mean()),
             "r2": float(np.mean(1.0 - sse[ok] / sst[ok])), "r2_weighted": float(1.0 - sse.sum() / sst.sum()),
+            "constant_dims": int((~ok).sum()),
             "cosine": float(cos.mean()), f"knn{k}_agreement": knn_agreement(Y, P, k)}
 
 
@@ -160,21 +174,28 @@ def knn_agreement(A: np.ndarray, B: np.ndarray, k: int = 10) -> float:
     return float(np.mean([len(set(x) & set(y)) / k for x, y in zip(a, b)]))
 
 
-def stitch(X: np.ndarray, Y: np.ndarray, method: str, split: Split, *, depth: int = 0, alphas=None,
-           k: int = 10, random_state: int = 0, device: str = "cpu") -> dict:
-    """Fit one stitch from source X to target Y on ``split.train`` and score it on ``split.test``.
+#: Methods that fit each target column on its own: several targets can be stacked into one fit.
+COLUMNWISE = ("affine", "ridge", "random-source", "mean")
+
+
+def fit_predict(X: np.ndarray, Y: np.ndarray, method: str, split: Split, *, depth: int = 0, alphas=None,
+                random_state: int = 0, device: str = "cpu", mlp: dict | None = None) -> tuple[np.ndarray, dict]:
+    """Fit one stitch from X to Y on ``split.train`` (MLPs stop early on ``split.val``); predict ``split.test``.
 
     Parameters
     ----------
-    X, Y : ndarray, shapes (n, d), (n, d'), rows = the same sentences
+    X, Y : ndarray, shapes (n, d), (n, d'), rows = the same sentences. For a :data:`COLUMNWISE`
+        method Y may stack several targets side by side: their fits are the separate fits.
     method : one of :data:`METHODS`
     depth : MLP depth (``method="mlp"``); alphas : ridge penalties tried by cross-validation
-    k : neighbours for the top-k agreement
+    mlp : training settings passed to :func:`fit_mlp` (``max_epochs``, ``patience``, ``lr``,
+        ``batch_size``, ``dtype``)
 
     Returns
     -------
-    dict : :func:`scores` of the test rows, plus ``singular_values`` of A for affine stitches
-        and ``alpha`` for ridge.
+    P : ndarray, shape (len(split.test), d'), predictions of the test rows
+    extra : dict, ``coef`` (A, (d, d')) of the affine fits, ``alpha`` (d',) chosen by ridge per
+        target dimension
     """
     X, Y = _pair(X, Y)
     tr, va, te = split.train, split.val, split.test
@@ -185,23 +206,54 @@ def stitch(X: np.ndarray, Y: np.ndarray, method: str, split: Split, *, depth: in
             X = np.random.default_rng([random_state, 1]).standard_normal(X.shape)
         A, b = fit_affine(X[tr], Y[tr])
         P = X[te] @ A + b
-        extra["singular_values"] = np.linalg.svd(A, compute_uv=False).tolist()
+        extra["coef"] = A
     elif method == "ridge":
         from sklearn.linear_model import RidgeCV
 
-        model = RidgeCV(alphas=np.logspace(-4, 6, 21) if alphas is None else alphas).fit(X[tr], Y[tr])
+        # Efficient leave-one-out CV (GCV) over the penalties, one per target dimension (each is
+        # its own ridge problem); one SVD of the training rows serves every penalty and target.
+        model = RidgeCV(alphas=np.logspace(-4, 6, 21) if alphas is None else alphas, gcv_mode="svd",
+                        alpha_per_target=True).fit(X[tr], Y[tr])
         P = model.predict(X[te])
-        extra["alpha"] = float(model.alpha_)
+        extra["alpha"] = np.broadcast_to(model.alpha_, (Y.shape[1],))
     elif method == "procrustes":
         R, mx, my = fit_procrustes(X[tr], Y[tr])
         P = (_pad(X[te] - mx, R.shape[0]) @ R)[:, :Y.shape[1]] + my
     elif method == "mlp":
         if len(va) < 2:
             raise EncmapError("MLP stitches need a validation split (val > 0) for early stopping")
-        f = fit_mlp(X[tr], Y[tr], X[va], Y[va], depth=depth, random_state=random_state, device=device)
+        f = fit_mlp(X[tr], Y[tr], X[va], Y[va], depth=depth, random_state=random_state, device=device,
+                    **(mlp or {}))
         P = f(X[te])
     elif method == "mean":
         P = np.broadcast_to(Y[tr].mean(axis=0), (len(te), Y.shape[1]))
     else:
         raise EncmapError(f"stitch method {method!r}: choose one of {list(METHODS)}")
-    return scores(Y[te], P, k=k) | extra
+    return P, extra
+
+
+def judged(Y_test: np.ndarray, P: np.ndarray, extra: dict, *, k: int = 10) -> dict:
+    """:func:`scores` of one stitch's test predictions, plus ``singular_values`` of an affine A and
+    the median ridge ``alpha``."""
+    out = scores(Y_test, P, k=k)
+    if "coef" in extra:
+        out["singular_values"] = np.linalg.svd(extra["coef"], compute_uv=False).tolist()
+    if "alpha" in extra:
+        out["alpha"] = float(np.median(extra["alpha"]))  # the typical penalty over target dimensions
+    return out
+
+
+def stitch(X: np.ndarray, Y: np.ndarray, method: str, split: Split, *, depth: int = 0, alphas=None,
+           k: int = 10, random_state: int = 0, device: str = "cpu", mlp: dict | None = None) -> dict:
+    """Fit one stitch from source X to target Y on ``split.train`` and score it on ``split.test``.
+
+    Parameters: see :func:`fit_predict`; ``k``: neighbours for the top-k agreement.
+
+    Returns
+    -------
+    dict : :func:`scores` of the test rows, plus ``singular_values`` of A for affine stitches
+        and ``alpha`` for ridge.
+    """
+    P, extra = fit_predict(X, Y, method, split, depth=depth, alphas=alphas, random_state=random_state,
+                           device=device, mlp=mlp)
+    return judged(np.asarray(Y, dtype=np.float64)[split.test], P, extra, k=k)

@@ -1,10 +1,8 @@
-"""Map steps: exact pairwise QRE between the encoders on the map, then the map itself."""
+"""Map step: the map of the encoders, its figures, page and faithfulness metrics."""
 
 from __future__ import annotations
 
-import json
 import time
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -12,53 +10,7 @@ import numpy as np
 from .. import __version__
 from ..io import atomic_write_json, atomic_write_text, read_h5, write_h5
 from ..validation import EncmapError
-from .spectra import load_spectrum
-
-
-def read_feature_matrix(path: str | Path) -> dict[str, Any]:
-    """``results/features/qre.h5``: features (m, n), ids, encoder records and attributes."""
-    data, attrs = read_h5(path, ["features", "encoder_ids", "encoders"])
-    return {"F": data["features"], "ids": [str(x) for x in data["encoder_ids"]],
-            "records": [json.loads(x) for x in data["encoders"]], "attrs": attrs}
-
-
-def pairwise_step(features: str, pip_files: list[str], out: str, timing: str, *, eps: float,
-                  threads: int | None = None) -> None:
-    """Exact S(ρ_i‖ρ_j) between every two encoders on the map, from their stored factored PIPs.
-
-    Writes ``out`` (HDF5: ``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε); ``encoder_ids``) and
-    ``timing`` (JSON: seconds, pairs, FLOP), kept apart so the matrix file reproduces byte for byte.
-    """
-    from threadpoolctl import threadpool_limits
-
-    from ..qre import pairwise_qre_matrix
-
-    fm = read_feature_matrix(features)
-    sha = fm["attrs"]["sentences_sha256"]
-    by_id = {Path(f).stem: f for f in pip_files}
-    specs = []
-    for e in fm["ids"]:
-        if e not in by_id:
-            raise EncmapError(f"{features}: encoder {e!r} is on the map but has no PIP among the inputs; "
-                              "rerun the pip stage")
-        spec, attrs = load_spectrum(by_id[e])
-        if attrs["sentences_sha256"] != sha:
-            raise EncmapError(f"{by_id[e]}: PIP of encoder {e!r} comes from another sentence set "
-                              f"(sha256 {attrs['sentences_sha256'][:12]}… vs {sha[:12]}… in {features}); "
-                              "rerun the stale stages")
-        specs.append(spec)
-    t0 = time.perf_counter()
-    with threadpool_limits(threads):
-        Q = pairwise_qre_matrix(specs, eps=eps)
-    seconds = time.perf_counter() - t0
-    n, ranks = specs[0].n, np.array([s.rank for s in specs], dtype=np.float64)
-    flop = float(n * (ranks.sum() ** 2 - (ranks ** 2).sum()))  # 2 n Σ_{i<j} r_i r_j
-    write_h5(out, {"qre": Q, "encoder_ids": np.array(fm["ids"], dtype=object)}, {
-        "eps": eps, "sentences_sha256": sha, "m": len(specs), "n": n, "encmap_version": __version__,
-        "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log",
-    })
-    atomic_write_json(timing, {"pairwise_qre_seconds": round(seconds, 3), "pairs": len(specs) * (len(specs) - 1) // 2,
-                               "gflop": round(flop / 1e9, 3), "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2)})
+from .common import read_feature_matrix, rounded
 
 
 def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any]) -> None:
@@ -127,14 +79,5 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     for f in fields:
         draw_map(tmap.coords, records, f, out[f"png_{f}"], out[f"svg_{f}"])
     atomic_write_text(out["html"], render_page(page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1")))
-    atomic_write_json(out["metrics"], _rounded(metrics))
+    atomic_write_json(out["metrics"], rounded(metrics))
     atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})
-
-
-def _rounded(obj: Any, digits: int = 6) -> Any:
-    """Metrics rounded for reading (NaN becomes null, which JSON can hold)."""
-    if isinstance(obj, dict):
-        return {k: _rounded(v, digits) for k, v in obj.items()}
-    if isinstance(obj, float):
-        return None if not np.isfinite(obj) else round(obj, digits)
-    return obj

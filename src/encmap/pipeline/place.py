@@ -18,7 +18,7 @@ import numpy as np
 from ..config import LAYOUT, load_params, validate_params
 from ..io import atomic_write_text, read_h5
 from ..validation import EncmapError, check_id
-from .mapping import read_feature_matrix
+from .common import read_feature_matrix
 
 UNKNOWN_META = {"family": "unknown", "architecture": "unknown", "parameters": None, "languages": [],
                 "objective": "unknown", "kind": "pretrained"}

@@ -1,0 +1,362 @@
+"""Similarity steps: all-pairs QRE and linear CKA, RBF CKA and stitches on a subset, agreement.
+
+Each pair step stores one fingerprint per encoder and a code/params key beside its results
+(:mod:`.paircache`), so a rerun recomputes only the pairs that involve a changed encoder.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..io import atomic_write_json, atomic_write_text, read_h5, write_h5
+from ..validation import EncmapError
+from .common import encoder_file, read_feature_matrix, rounded
+from .paircache import code_key, fingerprints, previous_matrices, reuse_index, reuse_pairs
+from .spectra import load_spectrum
+
+#: Modules whose code computes each pair stage's numbers (part of the reuse key).
+PAIR_CODE = ("encmap.pairs", "encmap.qre", "encmap.similarity", "encmap.spectrum", "encmap.pipeline.similarity")
+STITCH_CODE = ("encmap.similarity", "encmap.stitch", "encmap.selection", "encmap.pipeline.similarity")
+
+
+def _stale(path: str, what: str, e: str) -> EncmapError:
+    return EncmapError(f"{path}: encoder {e!r}: {what} made from another sentence set than the map's "
+                       "(sha256 differs); rerun the stale stages")
+
+
+def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: str, timing: str, *, eps: float,
+                  threads: int | None = None) -> None:
+    """Exact S(ρ_i‖ρ_j) and linear CKA between every two encoders on the map, from their stored PIPs.
+
+    Writes ``out_qre`` (``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε)), ``out_cka`` (``cka``,
+    ``cka_debiased`` (m, m)), both with ``encoder_ids`` and the PIP files' ``fingerprints``, and
+    ``timing`` (JSON: seconds, pairs computed and reused, FLOP), kept apart so the matrices
+    reproduce byte for byte. Pairs of unchanged encoders are taken from the previous outputs.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from ..pairs import MEASURES, pair_flop, pair_measures
+
+    fm = read_feature_matrix(features)
+    sha, ids = fm["attrs"]["sentences_sha256"], fm["ids"]
+    by_id = {Path(f).stem: f for f in pip_files}
+    missing = [e for e in ids if e not in by_id]
+    if missing:
+        raise EncmapError(f"{features}: encoder {missing[0]!r} is on the map but has no PIP among the inputs; "
+                          "rerun the pip stage")
+    specs = []
+    for e in ids:
+        spec, attrs = load_spectrum(by_id[e])
+        if attrs["sentences_sha256"] != sha:
+            raise _stale(by_id[e], "PIP", e)
+        specs.append(spec)
+    fps = fingerprints([by_id[e] for e in ids])
+    key = code_key(PAIR_CODE, {"eps": eps})
+    stored = None
+    prev_q = previous_matrices(out_qre, ["qre"], key)
+    prev_c = previous_matrices(out_cka, ["cka", "cka_debiased"], key)
+    if prev_q and prev_c and prev_q[:2] == prev_c[:2]:
+        stored = prev_q[2] | prev_c[2]
+    idx = reuse_index(*(prev_q[:2] if stored else ([], [])), ids, fps)
+    m = len(ids)
+    todo, filled = reuse_pairs(idx, np.ones((m, m), bool), stored)
+    t0 = time.perf_counter()
+    with threadpool_limits(threads):
+        res = pair_measures(specs, eps=eps, todo=todo)
+    seconds = time.perf_counter() - t0
+    for k in MEASURES:
+        if k in filled:
+            res[k] = np.where(np.isnan(res[k]), filled[k], res[k])
+    flop = pair_flop([s.rank for s in specs], specs[0].n, todo)
+    common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
+    attrs_out = {"eps": eps, "sentences_sha256": sha, "m": m, "n": specs[0].n, "key": key,
+                 "encmap_version": __version__}
+    write_h5(out_qre, {"qre": res["qre"]} | common, attrs_out | {
+        "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log"})
+    write_h5(out_cka, {"cka": res["cka"], "cka_debiased": res["cka_debiased"]} | common, attrs_out | {
+        "note": "linear CKA of the embeddings (the PIPs' kernel): biased HSIC and Song et al.'s unbiased HSIC"})
+    computed = int(todo.sum())
+    atomic_write_json(timing, {"pairwise_seconds": round(seconds, 3), "pairs": m * (m - 1) // 2,
+                               "pairs_computed": computed, "pairs_reused": m * (m - 1) // 2 - computed,
+                               "gflop": round(flop / 1e9, 3),
+                               "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2) if computed else None})
+
+
+def _load_embeddings(emb_dirs: list[str], ids: list[str], records: dict[str, dict], sha: str,
+                     n: int) -> tuple[dict[str, np.ndarray], list[str]]:
+    """Embeddings (float64) and their files' fingerprints, checked against the map's sentence set."""
+    dirs = {Path(d).name: d for d in emb_dirs}
+    out, files = {}, []
+    for e in ids:
+        model = records[e]["model"]
+        if model not in dirs:
+            raise EncmapError(f"encoder {e!r}: no embeddings directory of model {model!r} among the inputs")
+        f = encoder_file(dirs[model], e, "embeddings")
+        data, attrs = read_h5(f, ["embeddings"])
+        if attrs["sentences_sha256"] != sha:
+            raise _stale(str(f), "embeddings", e)
+        if data["embeddings"].shape[0] != n:
+            raise EncmapError(f"{f}: {data['embeddings'].shape[0]} rows for encoder {e!r}, the map has n = {n}")
+        out[e] = np.asarray(data["embeddings"], dtype=np.float64)
+        files.append(str(f))
+    return out, fingerprints(files)
+
+
+def _sample(n: int, size: int, seed: int) -> np.ndarray:
+    """A seeded subsample of sentence rows (sorted), or all rows when size >= n."""
+    if size >= n:
+        return np.arange(n)
+    return np.sort(np.random.default_rng([seed, 0]).choice(n, size=size, replace=False))
+
+
+def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, params: dict[str, Any],
+                threads: int | None = None) -> None:
+    """RBF CKA and stitches between the configured subset of encoders.
+
+    ``out`` names ``rbf`` (HDF5: ``cka_rbf``, ``cka_rbf_debiased`` (k, k) over the subset, NaN
+    for pairs not compared), ``stitches`` (JSON: one record per source, target, method and
+    MLP depth, with the encoders' fingerprints), ``csv`` (the same table) and ``timing``.
+    ``params``: the ``similarity`` section of params.yaml.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from ..device import resolve_device
+    from ..map import feature_distances, nearest_neighbours
+    from ..selection import select_group, select_pairs
+    from ..similarity import gram_cka_matrix, rbf_gram
+    from ..stitch import COLUMNWISE, fit_predict, judged, split_rows
+
+    fm = read_feature_matrix(features)
+    records = {r["id"]: r for r in fm["records"]}
+    sub = params["subset"]
+    nn = None
+    if sub["neighbours"] > 0:
+        nn, _ = nearest_neighbours(feature_distances(fm["F"], "manhattan"), sub["neighbours"])
+    ids, pairs = select_pairs(fm["records"], sub["groups"], sub["encoders"], nn)
+    n = int(fm["F"].shape[1])
+    X, fps = _load_embeddings(emb_dirs, ids, records, fm["attrs"]["sentences_sha256"], n)
+    st, rb = params["stitch"], params["rbf"]
+    dev = resolve_device(st["device"])
+    t0 = time.perf_counter()
+
+    # RBF CKA over the unordered pairs among those compared.
+    key_rbf = code_key(STITCH_CODE, rb)
+    k = len(ids)
+    pos = {e: i for i, e in enumerate(ids)}
+    wanted = np.zeros((k, k), bool)
+    for a, b in pairs:
+        wanted[pos[a], pos[b]] = wanted[pos[b], pos[a]] = True
+    prev = previous_matrices(out["rbf"], ["cka_rbf", "cka_rbf_debiased"], key_rbf)
+    idx = reuse_index(*(prev[:2] if prev else ([], [])), ids, fps)
+    todo, filled = reuse_pairs(idx, wanted, prev[2] if prev else None)
+    rows = _sample(n, rb["sample"], rb["seed"])
+    need = set(np.flatnonzero(todo.any(axis=0) | todo.any(axis=1)).tolist())
+    with threadpool_limits(threads):
+        grams = [rbf_gram(X[e][rows], rb["threshold"]) if i in need else None for i, e in enumerate(ids)]
+        rbf = {name: gram_cka_matrix(grams, debiased=deb, todo=todo)
+               for name, deb in (("cka_rbf", False), ("cka_rbf_debiased", True))}
+    del grams
+    for name in rbf:
+        if name in filled:
+            rbf[name] = np.where(np.isnan(rbf[name]), filled[name], rbf[name])
+    rbf_seconds, rbf_computed = time.perf_counter() - t0, int(todo.sum())
+
+    # Stitches, per ordered pair; reuse a pair's rows when both encoders are unchanged.
+    key_st = code_key(STITCH_CODE, st | {"device_kind": dev.split(":")[0]})
+    fp = dict(zip(ids, fps))
+    old: dict[tuple[str, str], list[dict]] = {}
+    if Path(out["stitches"]).exists():
+        prev_st = json.loads(Path(out["stitches"]).read_text())
+        if prev_st.get("key") == key_st:
+            for r in prev_st["rows"]:
+                old.setdefault((r["source"], r["target"]), []).append(r)
+        else:
+            print(f"not reusing {out['stitches']}: computed by other code or params", file=sys.stderr)
+    srows = _sample(n, st["sample"], st["seed"])
+    split = split_rows(len(srows), val=st["val"], test=st["test"], random_state=st["seed"])
+    mlp_ok = {e for g in st["mlp_groups"] for e in select_group(fm["records"], g)} if st["mlp_depths"] else set()
+    results: dict[tuple[str, str], list[dict]] = {}
+    todo_pairs = []
+    for a, b in pairs:
+        prev_rows = old.get((a, b), [])
+        if prev_rows and all(r["source_sha256"] == fp[a] and r["target_sha256"] == fp[b] for r in prev_rows):
+            results[(a, b)] = prev_rows
+        else:
+            todo_pairs.append((a, b))
+    fits: dict[str, int] = {}
+    method_seconds: dict[str, float] = {}
+    t1 = time.perf_counter()
+
+    def fit(a: str, targets: list[str], method: str, depth: int | None = None) -> None:
+        """One fit from a to the targets stacked (COLUMNWISE methods) or to one target."""
+        t2 = time.perf_counter()
+        Y = np.hstack([X[b][srows] for b in targets])
+        with threadpool_limits(threads):
+            P, extra = fit_predict(X[a][srows], Y, method, split, depth=depth or 0, alphas=st["ridge_alphas"],
+                                   random_state=st["seed"], device=dev, mlp=st["mlp"])
+            cut = np.cumsum([0] + [X[b].shape[1] for b in targets])
+            for b, lo, hi in zip(targets, cut[:-1], cut[1:]):
+                part = {"coef": extra["coef"][:, lo:hi]} if method == "affine" else {}
+                if "alpha" in extra:
+                    part["alpha"] = extra["alpha"][lo:hi]
+                res = judged(Y[split.test, lo:hi], P[:, lo:hi], part, k=st["knn_k"])
+                results.setdefault((a, b), []).append(_stitch_row(a, b, method, depth, res, fp))
+        label = _stitch_label(method, depth)
+        fits[label] = fits.get(label, 0) + 1
+        method_seconds[label] = method_seconds.get(label, 0.0) + time.perf_counter() - t2
+
+    for a in ids:
+        targets = [b for s_, b in todo_pairs if s_ == a]
+        if not targets:
+            continue
+        for method in st["methods"]:
+            if method in COLUMNWISE:  # one factorisation of the source serves every target
+                fit(a, targets, method)
+            else:
+                for b in targets:
+                    fit(a, [b], method)
+        for b in targets:
+            if a in mlp_ok and b in mlp_ok:
+                for depth in st["mlp_depths"]:
+                    fit(a, [b], "mlp", depth)
+    order = {lab: i for i, lab in enumerate([*st["methods"], *(f"mlp{d}" for d in st["mlp_depths"])])}
+    table = [r for p in pairs for r in sorted(results[p], key=lambda r: order[_stitch_label(r["method"], r["depth"])])]
+    computed = len(todo_pairs)
+    stitch_seconds = time.perf_counter() - t1
+
+    common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
+    write_h5(out["rbf"], rbf | common,
+             {"threshold": rb["threshold"], "sample": len(rows), "seed": rb["seed"], "key": key_rbf,
+              "sentences_sha256": fm["attrs"]["sentences_sha256"], "encmap_version": __version__,
+              "note": "RBF CKA (bandwidth = threshold x median distance) on a seeded sample of sentences"})
+    atomic_write_json(out["stitches"], {"key": key_st, "params": st, "sentences": len(srows),
+                                        "split": {"train": len(split.train), "val": len(split.val),
+                                                  "test": len(split.test)},
+                                        "rows": table})
+    atomic_write_text(out["csv"], stitch_csv(table))
+    atomic_write_json(out["timing"], {"rbf_seconds": round(rbf_seconds, 3), "rbf_pairs_computed": rbf_computed,
+                                      "stitch_seconds": round(stitch_seconds, 3), "stitch_pairs": len(pairs),
+                                      "stitch_pairs_computed": computed, "device": dev,
+                                      "fits": fits, "fit_seconds": {k: round(v, 3) for k, v in method_seconds.items()}})
+
+
+#: Columns of the stitch table, in order.
+STITCH_COLUMNS = ("source", "target", "method", "depth", "r2", "r2_weighted", "mse", "mae", "cosine",
+                  "knn_agreement", "constant_dims", "alpha", "sigma_max", "sigma_min", "effective_rank")
+
+
+def _stitch_row(a: str, b: str, method: str, depth: int | None, res: dict, fp: dict[str, str]) -> dict:
+    sv = np.asarray(res.get("singular_values", []), dtype=np.float64)
+    knn = next(v for key, v in res.items() if key.startswith("knn"))
+    row = {"source": a, "target": b, "method": method, "depth": depth,
+           "r2": res["r2"], "r2_weighted": res["r2_weighted"], "mse": res["mse"], "mae": res["mae"],
+           "cosine": res["cosine"], "knn_agreement": knn, "constant_dims": res["constant_dims"],
+           "alpha": res.get("alpha")}
+    if sv.size:
+        p = sv ** 2 / (sv ** 2).sum()
+        row |= {"sigma_max": float(sv[0]), "sigma_min": float(sv[-1]),
+                "effective_rank": float(np.exp(-(p[p > 0] * np.log(p[p > 0])).sum()))}
+    else:
+        row |= {"sigma_max": None, "sigma_min": None, "effective_rank": None}
+    return row | {"source_sha256": fp[a], "target_sha256": fp[b]}
+
+
+def stitch_csv(rows: list[dict]) -> str:
+    """The stitch table as CSV (floats in shortest round-trip form, empty where not applicable)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(STITCH_COLUMNS)
+    for r in rows:
+        w.writerow(["" if r[c] is None else (repr(r[c]) if isinstance(r[c], float) else r[c]) for c in STITCH_COLUMNS])
+    return buf.getvalue()
+
+
+def _stitch_label(method: str, depth: int | None) -> str:
+    return f"mlp{depth}" if method == "mlp" else method
+
+
+def stitch_matrix(rows: list[dict], ids: list[str], label: str, value: str = "r2") -> np.ndarray:
+    """One stitch score as a (k, k) matrix, row = source, column = target; NaN where not fitted."""
+    pos = {e: i for i, e in enumerate(ids)}
+    M = np.full((len(ids), len(ids)), np.nan)
+    for r in rows:
+        if _stitch_label(r["method"], r["depth"]) == label and r["source"] in pos and r["target"] in pos:
+            M[pos[r["source"]], pos[r["target"]]] = r[value]
+    return M
+
+
+def compare_step(features: str, pairwise: str, cka: str, rbf: str, stitches: str, out: dict[str, str]) -> None:
+    """How the notions of similarity agree, and heatmaps of them.
+
+    Over unordered encoder pairs: ℓ1 distance of QRE features, symmetrised exact QRE, 1 - linear
+    CKA (debiased and biased), 1 - RBF CKA (debiased) and, per stitch, 1 - the mean R² of the
+    two directions. Writes ``agreement`` (CSV: Spearman between every two measures and the
+    number of pairs), ``metrics`` (JSON for DVC) and heatmaps ``png_<name>`` / ``svg_<name>``
+    for each of :data:`encmap.config.HEATMAPS`.
+    """
+    from ..faithfulness import agreement_table
+    from ..figures import draw_heatmap
+    from ..map import feature_distances, symmetrised_qre
+
+    fm = read_feature_matrix(features)
+    ids = fm["ids"]
+    m = len(ids)
+    pw, _ = read_h5(pairwise, ["qre", "encoder_ids"])
+    ck, _ = read_h5(cka, ["cka", "cka_debiased", "encoder_ids"])
+    for path, d in ((pairwise, pw), (cka, ck)):
+        if [str(x) for x in d["encoder_ids"]] != ids:
+            raise EncmapError(f"{path} and {features} list different encoders; rerun the pairwise stage")
+    rb, _ = read_h5(rbf, ["cka_rbf_debiased", "encoder_ids"])
+    st = json.loads(Path(stitches).read_text())
+    sub = [str(x) for x in rb["encoder_ids"]]
+    unknown = [e for e in sub if e not in ids]
+    if unknown:
+        raise EncmapError(f"{rbf}: encoder {unknown[0]!r} is not on the map of {features}; rerun the stitch stage")
+    pos = [ids.index(e) for e in sub]
+
+    def on_map(S: np.ndarray) -> np.ndarray:  # a subset matrix placed in the map's m x m frame
+        M = np.full((m, m), np.nan)
+        M[np.ix_(pos, pos)] = S
+        return M
+
+    iu = np.triu_indices(m, 1)
+    full = {"l1": feature_distances(fm["F"], "manhattan"), "exact_qre": symmetrised_qre(pw["qre"]),
+            "1-cka": 1.0 - ck["cka_debiased"], "1-cka_biased": 1.0 - ck["cka"],
+            "1-rbf_cka": on_map(1.0 - rb["cka_rbf_debiased"])}
+    labels = sorted({_stitch_label(r["method"], r["depth"]) for r in st["rows"]} - {"mean", "random-source"})
+    r2 = {lab: stitch_matrix(st["rows"], sub, lab) for lab in labels}
+    for lab, S in r2.items():
+        full[f"1-stitch_{lab}"] = on_map(1.0 - 0.5 * (S + S.T))  # NaN unless fitted both ways
+    table = agreement_table({k: M[iu] for k, M in full.items()})
+
+    lines = ["a,b,spearman,pairs"] + [f"{r['a']},{r['b']},{'' if np.isnan(r['spearman']) else repr(r['spearman'])},"
+                                      f"{r['pairs']}" for r in table]
+    metrics: dict[str, Any] = {"encoders": m, "subset": len(sub),
+                               "agreement": {f"{r['a']}~{r['b']}": r["spearman"] for r in table},
+                               "cka_debiased_mean": float(ck["cka_debiased"][iu].mean()),
+                               "stitch_r2_median": {}}
+    for lab in sorted({_stitch_label(r["method"], r["depth"]) for r in st["rows"]}):
+        # The median: one badly scaled pair (Procrustes cannot rescale) would swamp a mean.
+        vals = [r["r2"] for r in st["rows"] if _stitch_label(r["method"], r["depth"]) == lab]
+        metrics["stitch_r2_median"][lab] = float(np.median(vals))
+    draw_heatmap(ck["cka_debiased"], ids, ids, out["png_cka_linear"], out["svg_cka_linear"],
+                 title=f"linear CKA (debiased) between {m} encoders", label="CKA", vmin=0.0, vmax=1.0)
+    draw_heatmap(rb["cka_rbf_debiased"], sub, sub, out["png_cka_rbf"], out["svg_cka_rbf"],
+                 title=f"RBF CKA (debiased) between {len(sub)} encoders", label="CKA", vmin=0.0, vmax=1.0)
+    lab = "ridge" if "ridge" in r2 else (labels[0] if labels else None)
+    S = r2[lab] if lab else np.full((len(sub), len(sub)), np.nan)
+    draw_heatmap(S, sub, sub, out["png_stitch_r2"], out["svg_stitch_r2"],
+                 title=f"stitch R² ({lab}): row = source, column = target", label="R² (held-out)",
+                 vmin=0.0, vmax=1.0)
+    atomic_write_text(out["agreement"], "\n".join(lines) + "\n")
+    atomic_write_json(out["metrics"], rounded(metrics))

@@ -1,0 +1,253 @@
+"""All-pairs measures from factored PIPs, reuse of stored pairs, subsets, agreement, heatmaps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from encmap.faithfulness import agreement_table
+from encmap.pairs import pair_flop, pair_measures
+from encmap.pipeline.paircache import reuse_index, reuse_pairs
+from encmap.qre import dense_pairwise_qre
+from encmap.selection import select_group, select_pairs
+from encmap.similarity import gram_cka, gram_cka_matrix, rbf_gram
+from encmap.spectrum import factor_pip
+from encmap.validation import EncmapError
+
+
+def _encoders(n=60, dims=(3, 8, 20), seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal((n, d)) @ rng.standard_normal((d, d)) + rng.standard_normal(d) for d in dims]
+
+
+def test_pair_measures_match_dense_qre_and_textbook_linear_cka():
+    """QRE against full n x n eigendecompositions; CKA against HSIC of explicit linear Grams."""
+    Es = _encoders()
+    out = pair_measures([factor_pip(E) for E in Es], eps=1e-4)
+    H = np.eye(60) - 1.0 / 60
+    for i, A in enumerate(Es):
+        for j, B in enumerate(Es):
+            if i == j:
+                assert out["qre"][i, j] == 0 and out["cka"][i, j] == 1 and out["cka_debiased"][i, j] == 1
+                continue
+            assert out["qre"][i, j] == pytest.approx(dense_pairwise_qre(A, B, eps=1e-4), rel=1e-10)
+            K, L = A @ A.T, B @ B.T
+            hsic = lambda P, Q: np.trace(P @ H @ Q @ H)  # noqa: E731  (Gretton's biased HSIC)
+            assert out["cka"][i, j] == pytest.approx(hsic(K, L) / np.sqrt(hsic(K, K) * hsic(L, L)), rel=1e-10)
+            assert out["cka_debiased"][i, j] == pytest.approx(gram_cka(K, L, debiased=True), rel=1e-10)
+    assert np.allclose(out["cka"], out["cka"].T) and not np.allclose(out["qre"], out["qre"].T)
+
+
+def test_pair_measures_compute_only_the_pairs_asked():
+    specs = [factor_pip(E) for E in _encoders(dims=(3, 8, 20, 5))]
+    full = pair_measures(specs, eps=1e-6)
+    todo = np.zeros((4, 4), bool)
+    todo[1, 3] = True
+    part = pair_measures(specs, eps=1e-6, todo=todo)
+    for k in ("qre", "cka", "cka_debiased"):
+        known = ~np.isnan(part[k])
+        assert known.sum() == 4 + 2  # the diagonal and the pair (1, 3) both ways
+        assert np.array_equal(part[k][known], full[k][known])
+    # 2 n r_1 r_3 FLOP for the one product U_1^T U_3.
+    assert pair_flop([s.rank for s in specs], 60, todo) == 2 * 60 * specs[1].rank * specs[3].rank
+
+
+def test_stored_pairs_are_reused_only_for_unchanged_encoders():
+    """Change one of m encoders: exactly its m - 1 pairs are recomputed; a new encoder adds its own."""
+    ids, fps = ["a", "b", "c", "d"], ["1", "2", "3", "4"]
+    stored = {"x": np.arange(16, dtype=float).reshape(4, 4)}
+    idx = reuse_index(ids, fps, ids, ["1", "2", "X", "4"])
+    assert idx.tolist() == [0, 1, -1, 3]
+    todo, filled = reuse_pairs(idx, np.ones((4, 4), bool), stored)
+    assert todo.sum() == 3 and set(zip(*np.nonzero(todo))) == {(0, 2), (1, 2), (2, 3)}
+    assert filled["x"][0, 1] == 1 and filled["x"][3, 1] == 13 and np.isnan(filled["x"][2, 0])
+    # Reordered and one added: stored values follow the ids, not the positions.
+    idx = reuse_index(ids, fps, ["d", "e", "a"], ["4", "5", "1"])
+    todo, filled = reuse_pairs(idx, np.ones((3, 3), bool), stored)
+    assert set(zip(*np.nonzero(todo))) == {(0, 1), (1, 2)} and filled["x"][0, 2] == 12 and filled["x"][2, 0] == 3
+    # A pair stored in one direction only (NaN in the other) is recomputed; nothing stored: all.
+    half = {"x": np.where(np.tril(np.ones((4, 4), bool), -1), np.nan, stored["x"])}
+    assert reuse_pairs(reuse_index(ids, fps, ids, fps), np.ones((4, 4), bool), half)[0].sum() == 6
+    assert reuse_pairs(np.full(4, -1), np.ones((4, 4), bool), None)[0].sum() == 6
+
+
+def test_gram_cka_matrix_matches_pairwise_gram_cka():
+    Es = _encoders(n=40)
+    G = [rbf_gram(E) for E in Es]
+    for debiased in (False, True):
+        M = gram_cka_matrix(G, debiased=debiased)
+        for i in range(3):
+            for j in range(3):
+                assert M[i, j] == pytest.approx(gram_cka(G[i], G[j], debiased=debiased), abs=1e-12)
+    todo = np.zeros((3, 3), bool)
+    todo[0, 2] = True
+    M = gram_cka_matrix([G[0], None, G[2]], todo=todo)
+    assert np.isnan(M[0, 1]) and M[2, 0] == pytest.approx(gram_cka(G[0], G[2]))
+
+
+def _rec(e, model, layer, pooling, kind, dim=None):
+    return {"id": e, "model": model, "layer": layer, "pooling": pooling, "dim": dim, "d": 8, "meta": {"kind": kind}}
+
+
+RECORDS = [
+    _rec("bert__l00-mean", "bert", 0, "mean", "pretrained"), _rec("bert__l03-mean", "bert", 3, "mean", "pretrained"),
+    _rec("bert__l03-cls", "bert", 3, "cls", "pretrained"), _rec("bert__l06-mean", "bert", 6, "mean", "pretrained"),
+    _rec("bert__l09-mean", "bert", 9, "mean", "pretrained"), _rec("bert__out", "bert", None, "output", "pretrained"),
+    _rec("bert__out-d4", "bert", None, "output", "pretrained", 4), _rec("e5__out", "e5", None, "output", "pretrained"),
+    _rec("lsa__d8", "lsa", None, "output", "classical", 8), _rec("gauss__out", "gauss", None, "output", "control"),
+    _rec("rand__l01-max", "rand", 1, "max", "control"), _rec("rand__l02-max", "rand", 2, "max", "control"),
+]
+
+
+def test_groups_by_hand():
+    assert select_group(RECORDS, "outputs") == ["bert__out", "e5__out"]
+    # Layers 0..9 of bert: the middle of 9 is 4.5, nearest 3 and 6; the lower wins, mean pooled.
+    assert select_group(RECORDS, "middle") == ["bert__l03-mean"]
+    assert select_group(RECORDS, "classical") == ["lsa__d8"]
+    # A control without an output contributes its middle layer (max pooling: all it has).
+    assert select_group(RECORDS, "controls") == ["gauss__out", "rand__l01-max"]
+    ids, pairs = select_pairs(RECORDS, ["outputs", "classical"], encoders=["bert__l09-mean"])
+    assert ids == ["bert__l09-mean", "bert__out", "e5__out", "lsa__d8"] and len(pairs) == 4 * 3
+    assert ("bert__out", "e5__out") in pairs and ("e5__out", "bert__out") in pairs
+    nn = np.array([[1]] + [[0]] * (len(RECORDS) - 1))  # every encoder's nearest: row 0 (row 0's: row 1)
+    ids, pairs = select_pairs(RECORDS, [], neighbours=nn)
+    assert len(ids) == len(RECORDS) and len(pairs) == 2 * (len(RECORDS) - 1)
+    with pytest.raises(EncmapError, match="'nope' is not on the map"):
+        select_pairs(RECORDS, ["outputs"], encoders=["nope"])
+    with pytest.raises(EncmapError, match="unknown group 'layers'"):
+        select_pairs(RECORDS, ["layers"])
+    with pytest.raises(EncmapError, match="fewer than two encoders"):
+        select_pairs(RECORDS, ["classical"])
+
+
+def test_agreement_table_by_hand():
+    a = np.array([1.0, 2.0, 3.0, 4.0, np.nan])
+    rows = agreement_table({"a": a, "up": 10 * a, "down": -a, "other": np.array([1.0, 3.0, 2.0, 4.0, 5.0])})
+    got = {(r["a"], r["b"]): (r["spearman"], r["pairs"]) for r in rows}
+    assert got[("a", "up")] == (pytest.approx(1.0), 4) and got[("a", "down")] == (pytest.approx(-1.0), 4)
+    # Ranks (1, 3, 2, 4) against (1, 2, 3, 4): 1 - 6 * 2 / (4 * 15) = 0.8.
+    assert got[("a", "other")] == (pytest.approx(0.8), 4)
+    assert got[("up", "other")][0] == pytest.approx(spearmanr([1, 2, 3, 4], [1, 3, 2, 4]).statistic)
+    assert np.isnan(agreement_table({"a": a[:2], "b": a[:2]})[0]["spearman"])  # fewer than 3 pairs
+
+
+def test_heatmap_is_byte_identical_and_greys_missing_cells(tmp_path):
+    from PIL import Image
+
+    from encmap.figures import draw_heatmap
+
+    M = np.array([[1.0, 0.2, np.nan], [0.2, 1.0, 0.5], [np.nan, 0.5, 1.0]])
+    names = ["a__out", "b__out", "c__out"]
+    for k in ("1", "2"):
+        draw_heatmap(M, names, names, tmp_path / f"{k}.png", tmp_path / f"{k}.svg", title="t", label="CKA",
+                     vmin=0, vmax=1)
+    assert (tmp_path / "1.png").read_bytes() == (tmp_path / "2.png").read_bytes()
+    assert (tmp_path / "1.svg").read_bytes() == (tmp_path / "2.svg").read_bytes()
+    svg = (tmp_path / "1.svg").read_text()
+    assert all(n in svg for n in names)
+    assert Image.open(tmp_path / "1.png").size[0] > 500
+
+
+# ------------------------------------------------------------------ the steps, on a fake run
+
+SIM = {"subset": {"groups": ["all"], "encoders": [], "neighbours": 0},
+       "rbf": {"threshold": 1.0, "sample": 20, "seed": 0},
+       "stitch": {"sample": 30, "val": 0.1, "test": 0.3, "seed": 0,
+                  "methods": ["affine", "ridge", "procrustes", "mean", "random-source"], "ridge_alphas": [0.1, 10.0],
+                  "mlp_depths": [1], "mlp_groups": ["controls", "middle"],
+                  "mlp": {"max_epochs": 5, "patience": 2, "lr": 0.01, "batch_size": 8, "dtype": "float64"},
+                  "knn_k": 3, "device": "cpu"}}
+
+
+def _outs(root, *names):
+    return {k: str(root / f"sim/{k}.out") for k in names}
+
+
+def _rewrite_encoder(run: dict, i: int, seed: int) -> None:
+    """New embeddings and PIP for encoder i of a fake run (same sentences, other values)."""
+    import h5py
+
+    from encmap.io import write_h5
+
+    emb = sorted(f for d in run["embeddings"] for f in __import__("pathlib").Path(d).glob("*.h5"))[i]
+    with h5py.File(emb, "r") as f:
+        attrs, d = dict(f.attrs), f["embeddings"].shape[1]
+    E = np.random.default_rng(seed).normal(size=(30, d))
+    write_h5(emb, {"embeddings": E.astype(np.float32)}, attrs)
+    pip = next(p for p in run["pips"] if p.endswith("/" + emb.name))
+    s = factor_pip(E)
+    with h5py.File(pip, "r") as f:
+        attrs = dict(f.attrs)
+    write_h5(pip, {"U": s.U, "lam": s.lam}, attrs | {"trace": s.trace})
+
+
+def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
+    """pairwise and stitch: a rerun computes nothing; one changed encoder of 8 recomputes its own
+    pairs only (7 unordered, 14 ordered), and the results equal a run from scratch byte for byte."""
+    import json
+
+    from test_map import fake_run
+
+    from encmap.pipeline.similarity import compare_step, pairwise_step, stitch_step
+
+    def pair_run(run, root):
+        o = _outs(root, "qre", "cka", "timing")
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6)
+        s = _outs(root, "rbf", "stitches", "csv", "stimings")
+        stitch_step(run["features"], run["embeddings"], s | {"timing": s.pop("stimings")}, params=SIM)
+        t1, t2 = (json.loads(open(root / f"sim/{k}.out").read()) for k in ("timing", "stimings"))
+        return t1["pairs_computed"], t2["stitch_pairs_computed"], t2["rbf_pairs_computed"]
+
+    run = fake_run(tmp_path / "a")
+    assert pair_run(run, tmp_path / "a") == (28, 56, 28)
+    first = {p.name: p.read_bytes() for p in (tmp_path / "a/sim").iterdir() if "timing" not in p.name}
+    assert pair_run(run, tmp_path / "a") == (0, 0, 0)
+    assert first == {p.name: p.read_bytes() for p in (tmp_path / "a/sim").iterdir() if "timing" not in p.name}
+    _rewrite_encoder(run, 3, seed=9)
+    assert pair_run(run, tmp_path / "a") == (7, 14, 7)
+    fresh = fake_run(tmp_path / "b")
+    _rewrite_encoder(fresh, 3, seed=9)
+    pair_run(fresh, tmp_path / "b")
+    for name in ("qre.out", "cka.out", "rbf.out"):
+        assert (tmp_path / "a/sim" / name).read_bytes() == (tmp_path / "b/sim" / name).read_bytes(), name
+    # Stitches fitted to fewer stacked targets differ from a fresh run only in the last bits
+    # (BLAS blocking depends on the width); a fresh run always reproduces its own bytes.
+    table, ref = (json.loads((tmp_path / f"{r}/sim/stitches.out").read_text())["rows"] for r in "ab")
+    assert len(table) == len(ref)
+    for got, want in zip(table, ref):
+        assert got.keys() == want.keys()
+        for k, v in want.items():
+            assert got[k] == (pytest.approx(v, rel=1e-9, abs=1e-12) if isinstance(v, float) else v), (k, got, want)
+    assert len(table) == 56 * 5 + 3 * 2  # MLPs among m0's layer 0 (control) and m1's and m2's middle layers
+    # Other params: nothing is reused.
+    s = _outs(tmp_path / "a", "rbf", "stitches", "csv", "timing")
+    stitch_step(run["features"], run["embeddings"], s, params=SIM | {"rbf": SIM["rbf"] | {"threshold": 2.0}})
+    assert json.loads(open(s["timing"]).read())["rbf_pairs_computed"] == 28
+
+    c = {k: str(tmp_path / f"cmp/{k}") for k in ("agreement", "metrics")}
+    from encmap.config import similarity_figures
+
+    c |= {k: str(tmp_path / v) for k, v in similarity_figures().items()}
+    a = tmp_path / "a/sim"
+    compare_step(run["features"], *(str(a / f"{k}.out") for k in ("qre", "cka", "rbf", "stitches")), c)
+    rows = open(c["agreement"]).read().splitlines()
+    assert rows[0] == "a,b,spearman,pairs" and "l1,exact_qre," in rows[1] and rows[1].endswith(",28")
+    metrics = json.loads(open(c["metrics"]).read())
+    assert set(metrics["stitch_r2_median"]) == {"affine", "ridge", "procrustes", "mean", "random-source", "mlp1"}
+    assert abs(metrics["stitch_r2_median"]["mean"]) < 0.5 and "l1~1-stitch_ridge" in metrics["agreement"]
+
+
+def test_stitch_step_refuses_embeddings_of_another_sentence_set(tmp_path):
+    from test_map import fake_run
+
+    from encmap.pipeline.similarity import stitch_step
+
+    run = fake_run(tmp_path / "a")
+    other = fake_run(tmp_path / "b", sha="b" * 64)
+    s = _outs(tmp_path / "a", "rbf", "stitches", "csv", "timing")
+    with pytest.raises(EncmapError, match=r"encoder 'm0__0': embeddings made from another sentence set"):
+        stitch_step(run["features"], other["embeddings"], s, params=SIM)
+    with pytest.raises(EncmapError, match=r"no embeddings directory of model 'm2'"):
+        stitch_step(run["features"], run["embeddings"][:2], s, params=SIM)
+    assert not (tmp_path / "a/sim").exists()
