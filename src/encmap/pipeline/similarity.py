@@ -21,8 +21,10 @@ from .common import encoder_file, read_feature_matrix, rounded
 from .paircache import code_key, fingerprints, previous_matrices, reuse_index, reuse_pairs
 from .spectra import load_spectrum
 
-#: Modules whose code computes each pair stage's numbers (part of the reuse key).
-PAIR_CODE = ("encmap.pairs", "encmap.qre", "encmap.similarity", "encmap.spectrum", "encmap.pipeline.similarity")
+#: Modules whose code computes each pair stage's numbers (part of the reuse key). The pairwise
+#: step only loads spectra and hands them to encmap.pairs; the stitch step samples sentences and
+#: stacks targets itself, so its own module is part of its key.
+PAIR_CODE = ("encmap.pairs", "encmap.qre", "encmap.similarity", "encmap.spectrum", "encmap.pipeline.spectra")
 STITCH_CODE = ("encmap.similarity", "encmap.stitch", "encmap.selection", "encmap.pipeline.similarity")
 
 
@@ -123,65 +125,104 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, para
     ``out`` names ``rbf`` (HDF5: ``cka_rbf``, ``cka_rbf_debiased`` (k, k) over the subset, NaN
     for pairs not compared), ``stitches`` (JSON: one record per source, target, method and
     MLP depth, with the encoders' fingerprints), ``csv`` (the same table) and ``timing``.
-    ``params``: the ``similarity`` section of params.yaml.
+    ``params``: the ``similarity`` section of params.yaml. Everything is computed before the
+    first file is written.
     """
-    from threadpoolctl import threadpool_limits
-
-    from ..device import resolve_device
     from ..map import feature_distances, nearest_neighbours
-    from ..selection import select_group, select_pairs
-    from ..similarity import gram_cka_matrix, rbf_gram
-    from ..stitch import COLUMNWISE, fit_predict, judged, split_rows
+    from ..selection import select_pairs
 
     fm = read_feature_matrix(features)
-    records = {r["id"]: r for r in fm["records"]}
     sub = params["subset"]
     nn = None
     if sub["neighbours"] > 0:
         nn, _ = nearest_neighbours(feature_distances(fm["F"], "manhattan"), sub["neighbours"])
     ids, pairs = select_pairs(fm["records"], sub["groups"], sub["encoders"], nn)
     n = int(fm["F"].shape[1])
-    X, fps = _load_embeddings(emb_dirs, ids, records, fm["attrs"]["sentences_sha256"], n)
-    st, rb = params["stitch"], params["rbf"]
-    dev = resolve_device(st["device"])
+    X, fps = _load_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
+    rbf, rbf_attrs, rbf_computed = _rbf_pairs(X, ids, fps, pairs, params["rbf"], out["rbf"], threads)
+    t1 = time.perf_counter()
+    table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], params["stitch"], out["stitches"], threads)
+    t2 = time.perf_counter()
 
-    # RBF CKA over the unordered pairs among those compared.
-    key_rbf = code_key(STITCH_CODE, rb)
+    common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
+    write_h5(out["rbf"], rbf | common, rbf_attrs | {
+        "sentences_sha256": fm["attrs"]["sentences_sha256"], "encmap_version": __version__,
+        "note": "RBF CKA (bandwidth = threshold x median distance) on a seeded sample of sentences"})
+    atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")} | {"rows": table})
+    atomic_write_text(out["csv"], stitch_csv(table))
+    atomic_write_json(out["timing"], {"rbf_seconds": round(t1 - t0, 3), "rbf_pairs_computed": rbf_computed,
+                                      "stitch_seconds": round(t2 - t1, 3), "stitch_pairs": len(pairs)}
+                      | {k: info[k] for k in ("stitch_pairs_computed", "device", "fits", "fit_seconds")})
+
+
+def _rbf_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]], rb: dict,
+               stored: str, threads: int | None) -> tuple[dict[str, np.ndarray], dict, int]:
+    """RBF CKA (biased, debiased) over the unordered pairs among ``pairs``; (k, k) matrices over ``ids``.
+
+    Pairs of unchanged encoders come from ``stored`` (the previous output). Returns the
+    matrices, the attributes to store with them and how many pairs were computed.
+    """
+    from threadpoolctl import threadpool_limits
+
+    from ..similarity import gram_cka_matrix, rbf_gram
+
+    key = code_key(STITCH_CODE, rb)
     k = len(ids)
     pos = {e: i for i, e in enumerate(ids)}
     wanted = np.zeros((k, k), bool)
     for a, b in pairs:
         wanted[pos[a], pos[b]] = wanted[pos[b], pos[a]] = True
-    prev = previous_matrices(out["rbf"], ["cka_rbf", "cka_rbf_debiased"], key_rbf)
+    prev = previous_matrices(stored, ["cka_rbf", "cka_rbf_debiased"], key)
     idx = reuse_index(*(prev[:2] if prev else ([], [])), ids, fps)
     todo, filled = reuse_pairs(idx, wanted, prev[2] if prev else None)
-    rows = _sample(n, rb["sample"], rb["seed"])
+    rows = _sample(X[ids[0]].shape[0], rb["sample"], rb["seed"])
     need = set(np.flatnonzero(todo.any(axis=0) | todo.any(axis=1)).tolist())
     with threadpool_limits(threads):
         grams = [rbf_gram(X[e][rows], rb["threshold"]) if i in need else None for i, e in enumerate(ids)]
         rbf = {name: gram_cka_matrix(grams, debiased=deb, todo=todo)
                for name, deb in (("cka_rbf", False), ("cka_rbf_debiased", True))}
-    del grams
     for name in rbf:
         if name in filled:
             rbf[name] = np.where(np.isnan(rbf[name]), filled[name], rbf[name])
-    rbf_seconds, rbf_computed = time.perf_counter() - t0, int(todo.sum())
+    attrs = {"threshold": rb["threshold"], "sample": len(rows), "seed": rb["seed"], "key": key}
+    return rbf, attrs, int(todo.sum())
 
-    # Stitches, per ordered pair; reuse a pair's rows when both encoders are unchanged.
-    key_st = code_key(STITCH_CODE, st | {"device_kind": dev.split(":")[0]})
-    fp = dict(zip(ids, fps))
+
+def _previous_stitches(path: str, key: str) -> dict[tuple[str, str], list[dict]]:
+    """Stored stitch rows by (source, target), if computed by the same code and params."""
+    if not Path(path).exists():
+        return {}
+    prev = json.loads(Path(path).read_text())
+    if prev.get("key") != key:
+        print(f"not reusing {path}: computed by other code or params", file=sys.stderr)
+        return {}
     old: dict[tuple[str, str], list[dict]] = {}
-    if Path(out["stitches"]).exists():
-        prev_st = json.loads(Path(out["stitches"]).read_text())
-        if prev_st.get("key") == key_st:
-            for r in prev_st["rows"]:
-                old.setdefault((r["source"], r["target"]), []).append(r)
-        else:
-            print(f"not reusing {out['stitches']}: computed by other code or params", file=sys.stderr)
-    srows = _sample(n, st["sample"], st["seed"])
+    for r in prev["rows"]:
+        old.setdefault((r["source"], r["target"]), []).append(r)
+    return old
+
+
+def _stitch_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]],
+                  records: list[dict], st: dict, stored: str, threads: int | None) -> tuple[list[dict], dict]:
+    """Every stitch of every ordered pair (reusing stored rows of unchanged pairs), in pair order.
+
+    Returns the table rows and ``info`` (key, params, sample and split sizes, pairs computed,
+    device, fits and seconds per method).
+    """
+    from threadpoolctl import threadpool_limits
+
+    from ..device import resolve_device
+    from ..selection import select_group
+    from ..stitch import COLUMNWISE, fit_predict, judged, split_rows
+
+    dev = resolve_device(st["device"])
+    key = code_key(STITCH_CODE, st | {"device_kind": dev.split(":")[0]})
+    fp = dict(zip(ids, fps))
+    old = _previous_stitches(stored, key)
+    srows = _sample(X[ids[0]].shape[0], st["sample"], st["seed"])
     split = split_rows(len(srows), val=st["val"], test=st["test"], random_state=st["seed"])
-    mlp_ok = {e for g in st["mlp_groups"] for e in select_group(fm["records"], g)} if st["mlp_depths"] else set()
+    mlp_ok = {e for g in st["mlp_groups"] for e in select_group(records, g)} if st["mlp_depths"] else set()
     results: dict[tuple[str, str], list[dict]] = {}
     todo_pairs = []
     for a, b in pairs:
@@ -191,12 +232,11 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, para
         else:
             todo_pairs.append((a, b))
     fits: dict[str, int] = {}
-    method_seconds: dict[str, float] = {}
-    t1 = time.perf_counter()
+    seconds: dict[str, float] = {}
 
     def fit(a: str, targets: list[str], method: str, depth: int | None = None) -> None:
         """One fit from a to the targets stacked (COLUMNWISE methods) or to one target."""
-        t2 = time.perf_counter()
+        t = time.perf_counter()
         Y = np.hstack([X[b][srows] for b in targets])
         with threadpool_limits(threads):
             P, extra = fit_predict(X[a][srows], Y, method, split, depth=depth or 0, alphas=st["ridge_alphas"],
@@ -210,41 +250,26 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, para
                 results.setdefault((a, b), []).append(_stitch_row(a, b, method, depth, res, fp))
         label = _stitch_label(method, depth)
         fits[label] = fits.get(label, 0) + 1
-        method_seconds[label] = method_seconds.get(label, 0.0) + time.perf_counter() - t2
+        seconds[label] = seconds.get(label, 0.0) + time.perf_counter() - t
 
     for a in ids:
-        targets = [b for s_, b in todo_pairs if s_ == a]
-        if not targets:
-            continue
-        for method in st["methods"]:
+        targets = [b for s, b in todo_pairs if s == a]
+        for method in st["methods"] if targets else ():
             if method in COLUMNWISE:  # one factorisation of the source serves every target
                 fit(a, targets, method)
             else:
                 for b in targets:
                     fit(a, [b], method)
         for b in targets:
-            if a in mlp_ok and b in mlp_ok:
-                for depth in st["mlp_depths"]:
-                    fit(a, [b], "mlp", depth)
+            for depth in st["mlp_depths"] if a in mlp_ok and b in mlp_ok else ():
+                fit(a, [b], "mlp", depth)
     order = {lab: i for i, lab in enumerate([*st["methods"], *(f"mlp{d}" for d in st["mlp_depths"])])}
     table = [r for p in pairs for r in sorted(results[p], key=lambda r: order[_stitch_label(r["method"], r["depth"])])]
-    computed = len(todo_pairs)
-    stitch_seconds = time.perf_counter() - t1
-
-    common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
-    write_h5(out["rbf"], rbf | common,
-             {"threshold": rb["threshold"], "sample": len(rows), "seed": rb["seed"], "key": key_rbf,
-              "sentences_sha256": fm["attrs"]["sentences_sha256"], "encmap_version": __version__,
-              "note": "RBF CKA (bandwidth = threshold x median distance) on a seeded sample of sentences"})
-    atomic_write_json(out["stitches"], {"key": key_st, "params": st, "sentences": len(srows),
-                                        "split": {"train": len(split.train), "val": len(split.val),
-                                                  "test": len(split.test)},
-                                        "rows": table})
-    atomic_write_text(out["csv"], stitch_csv(table))
-    atomic_write_json(out["timing"], {"rbf_seconds": round(rbf_seconds, 3), "rbf_pairs_computed": rbf_computed,
-                                      "stitch_seconds": round(stitch_seconds, 3), "stitch_pairs": len(pairs),
-                                      "stitch_pairs_computed": computed, "device": dev,
-                                      "fits": fits, "fit_seconds": {k: round(v, 3) for k, v in method_seconds.items()}})
+    info = {"key": key, "params": st, "sentences": len(srows),
+            "split": {"train": len(split.train), "val": len(split.val), "test": len(split.test)},
+            "stitch_pairs_computed": len(todo_pairs), "device": dev, "fits": fits,
+            "fit_seconds": {k: round(v, 3) for k, v in seconds.items()}}
+    return table, info
 
 
 #: Columns of the stitch table, in order.
