@@ -217,6 +217,17 @@ def test_curate_stage_depends_on_the_default_sources_files():
     assert "src/encmap/spectrum.py" in stages["features"]["do"]["deps"]
 
 
+def test_each_stage_lists_the_params_its_rule_reads():
+    """A param missing from a stage would leave DVC blind to its change (e.g. pip.center)."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
+    params = {name: (st.get("do") or st).get("params", []) for name, st in stages.items()}
+    assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed"], "pip": ["pip"],
+                      "features": ["qre"], "qre": [], "pairwise": ["qre.eps"], "stitch": ["similarity"],
+                      "compare": [], "map": ["map"]}
+    rules = {f.stem: f.read_text() for f in (REPO / "rules").glob("*.smk")}
+    assert 'config["similarity"]' in rules["similarity"] and 'config["pip"]' in rules["pip"]
+
+
 def _encmap_imports(tree, module: str) -> set[str]:
     """encmap modules imported anywhere in ``tree`` (the AST of module ``module``), absolute names."""
     import ast
