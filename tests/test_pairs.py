@@ -218,8 +218,22 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
     for got, want in zip(table, ref):
         assert got.keys() == want.keys()
         for k, v in want.items():
-            assert got[k] == (pytest.approx(v, rel=1e-9, abs=1e-12) if isinstance(v, float) else v), (k, got, want)
+            assert got[k] == (pytest.approx(v, rel=1e-9, abs=1e-12) if isinstance(v, (float, list)) else v), k
     assert len(table) == 56 * 5 + 3 * 2  # MLPs among m0's layer 0 (control) and m1's and m2's middle layers
+    # The affine rows carry every singular value of A (d_source of them, descending), the others none.
+    import h5py
+
+    widths = {}
+    for d in run["embeddings"]:
+        for f in __import__("pathlib").Path(d).glob("*.h5"):
+            with h5py.File(f, "r") as h:
+                widths[f.stem] = h["embeddings"].shape[1]
+    for r in table:
+        sv = r["singular_values"]
+        assert (sv is None) == (r["method"] != "affine"), r
+        if sv is not None:
+            assert len(sv) == min(widths[r["source"]], widths[r["target"]]) and sv == sorted(sv, reverse=True)
+            assert sv[0] == r["sigma_max"] and sv[-1] == r["sigma_min"]
     # Other params: nothing is reused.
     s = _outs(tmp_path / "a", "rbf", "stitches", "csv", "timing")
     stitch_step(run["features"], run["embeddings"], s, params=SIM | {"rbf": SIM["rbf"] | {"threshold": 2.0}})

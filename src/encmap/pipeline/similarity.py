@@ -290,6 +290,8 @@ def _stitch_row(a: str, b: str, method: str, depth: int | None, res: dict, fp: d
                 "effective_rank": float(np.exp(-(p[p > 0] * np.log(p[p > 0])).sum()))}
     else:
         row |= {"sigma_max": None, "sigma_min": None, "effective_rank": None}
+    # Every singular value of the affine map (descending) goes to the JSON; the CSV keeps the summary.
+    row["singular_values"] = sv.tolist() if sv.size else None
     return row | {"source_sha256": fp[a], "target_sha256": fp[b]}
 
 
