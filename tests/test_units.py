@@ -223,9 +223,19 @@ def test_each_stage_lists_the_params_its_rule_reads():
     params = {name: (st.get("do") or st).get("params", []) for name, st in stages.items()}
     assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed"], "pip": ["pip"],
                       "features": ["qre"], "qre": [], "pairwise": ["qre.eps"], "stitch": ["similarity"],
-                      "compare": [], "map": ["map"]}
+                      "compare": [], "map": ["map"],
+                      "tasks": ["evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
+                                "evaluate.brown", "evaluate.polarity", "evaluate.data"],
+                      "evaluate": ["models.${key}", "embed.degenerate", "evaluate.seed", "evaluate.classification",
+                                   "evaluate.retrieval_k", "evaluate.device"],
+                      "regress": ["regress"]}
     rules = {f.stem: f.read_text() for f in (REPO / "rules").glob("*.smk")}
     assert 'config["similarity"]' in rules["similarity"] and 'config["pip"]' in rules["pip"]
+    # Every key of `evaluate` is listed by the stage that reads it (tasks build, evaluate scores).
+    from encmap.config import load_params
+
+    listed = {p.split(".", 1)[1] for p in params["tasks"] + params["evaluate"] if p.startswith("evaluate.")}
+    assert listed == set(load_params(REPO / "params.yaml")["evaluate"])
 
 
 def _encmap_imports(tree, module: str) -> set[str]:

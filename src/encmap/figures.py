@@ -126,3 +126,41 @@ def draw_heatmap(M: np.ndarray, rows: Sequence[str], cols: Sequence[str], png: s
     fig.colorbar(im, ax=ax, label=label, shrink=0.8)
     ax.set_title(title, fontsize=11)
     _save(fig, png, svg)
+
+
+def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, svg: str | Path,
+                     features: str = "qre") -> None:
+    """Predicted vs actual score per task (rows) and CV protocol (columns), both regressors.
+
+    ``rows`` are out-of-fold predictions (task, protocol, features, regressor, model, actual,
+    predicted); only those of ``features`` are drawn, each point coloured by its regressor.
+    A dashed line marks predicted = actual.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams["svg.hashsalt"] = "encmap"
+    protocols = ("grouped", "random")
+    regressors = sorted({r["regressor"] for r in rows if r["features"] == features})
+    colours = dict(zip(regressors, ("tab:blue", "tab:orange", "tab:green")))
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(7.0, 2.6 * len(tasks)), squeeze=False)
+    for i, task in enumerate(tasks):
+        for j, prot in enumerate(protocols):
+            ax = axes[i, j]
+            sel = [r for r in rows if r["task"] == task and r["protocol"] == prot and r["features"] == features]
+            vals = [v for r in sel for v in (r["actual"], r["predicted"])]
+            for reg in regressors:
+                pts = [r for r in sel if r["regressor"] == reg]
+                ax.scatter([r["actual"] for r in pts], [r["predicted"] for r in pts], s=12, alpha=0.75,
+                           color=colours[reg], label=reg)
+            if vals:
+                lo, hi = min(vals), max(vals)
+                ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="grey")
+            ax.set_title(f"{task} — {prot} CV", fontsize=9)
+            ax.set_xlabel("actual", fontsize=8)
+            ax.set_ylabel("predicted", fontsize=8)
+            ax.tick_params(labelsize=7)
+    axes[0, 0].legend(fontsize=7, title=f"{features} features", title_fontsize=7)
+    _save(fig, png, svg)

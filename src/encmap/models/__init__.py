@@ -35,7 +35,7 @@ log = logging.getLogger("encmap")
 
 
 def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,
-                degenerate: str = "error") -> EmbeddingResult:
+                degenerate: str = "error", fit_texts: list[str] | None = None) -> EmbeddingResult:
     """Embed ``texts`` with every variant of one model in one pass.
 
     Parameters
@@ -53,6 +53,10 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
         What to do with an encoder whose embeddings have rank <= 1 (the same vector, up to
         scale, for every sentence): raise naming it, or log a warning and mark it in
         ``EmbeddingResult.degenerate`` so the map leaves it out.
+    fit_texts : list of str, optional
+        For encoders fitted to a corpus (TF-IDF + SVD): fit on these (the curated sentence set)
+        and embed ``texts`` with that fit, so that evaluation texts are embedded by the same
+        encoder the map describes. Default: fit on ``texts`` themselves.
 
     Returns
     -------
@@ -72,7 +76,10 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
         torch.use_deterministic_algorithms(True, warn_only=True)
     backend = importlib.import_module(f".{BACKENDS[spec['backend']]}", __name__)
     with threadpool_limits(limits=threads):  # BLAS and OpenMP pools already loaded
-        res = backend.embed(model, spec, texts, device, threads)
+        if fit_texts is not None and getattr(backend, "FITTED", False):
+            res = backend.embed(model, spec, texts, device, threads, fit_texts=fit_texts)
+        else:
+            res = backend.embed(model, spec, texts, device, threads)
     for v in res.variants:
         name = f"encoder {v.id!r}"
         check_embeddings(res.arrays[v.id], name, as_float64=False)

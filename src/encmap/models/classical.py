@@ -31,20 +31,27 @@ def average_rows(table: np.ndarray, rows: list[list[int]]) -> np.ndarray:
     return out.astype(np.float32)
 
 
-def _tfidf_svd(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
+#: This backend fits to a corpus (TF-IDF + SVD): ``embed`` takes ``fit_texts``.
+FITTED = True
+
+
+def _tfidf_svd(model: str, spec: dict, texts: list[str], fit_texts: list[str] | None = None) -> EmbeddingResult:
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
     variants = model_variants(model, spec)
     t, s = spec["tfidf"], spec["svd"]
-    X = TfidfVectorizer(lowercase=t["lowercase"], sublinear_tf=t["sublinear_tf"], min_df=t["min_df"],
-                        max_df=t["max_df"], ngram_range=tuple(t["ngram_range"]), norm=t["norm"]).fit_transform(texts)
+    vec = TfidfVectorizer(lowercase=t["lowercase"], sublinear_tf=t["sublinear_tf"], min_df=t["min_df"],
+                          max_df=t["max_df"], ngram_range=tuple(t["ngram_range"]), norm=t["norm"])
+    X = vec.fit_transform(texts if fit_texts is None else fit_texts)
     kmax = max(v.dim for v in variants)
     if kmax >= min(X.shape):
         raise EncmapError(f"model {model!r}: SVD size {kmax} must be below min(n, vocabulary) = {min(X.shape)}")
     # Components are ordered by singular value, so the smaller sizes are prefixes.
-    Z = TruncatedSVD(n_components=kmax, algorithm=s["algorithm"], n_iter=s["n_iter"],
-                     random_state=spec["seed"]).fit_transform(X)
+    svd = TruncatedSVD(n_components=kmax, algorithm=s["algorithm"], n_iter=s["n_iter"], random_state=spec["seed"])
+    Z = svd.fit_transform(X)
+    if fit_texts is not None:  # the fitted encoder applied to other texts
+        Z = svd.transform(vec.transform(texts))
     arrays = {v.id: np.ascontiguousarray(Z[:, : v.dim], dtype=np.float32) for v in variants}
     return EmbeddingResult(variants, arrays, {"source": "classical:tfidf-svd", "vocabulary": int(X.shape[1])})
 
@@ -86,8 +93,11 @@ def _word_vectors(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
     return output_only(model, spec, average_rows(table, rows), prov)
 
 
-def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None) -> EmbeddingResult:
+def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None,
+          fit_texts: list[str] | None = None) -> EmbeddingResult:
     method = {"tfidf-svd": _tfidf_svd, "static": _static, "word-vectors": _word_vectors}.get(spec["method"])
     if method is None:
         raise EncmapError(f"model {model!r}: backend classical has no method {spec['method']!r}")
+    if spec["method"] == "tfidf-svd":
+        return _tfidf_svd(model, spec, texts, fit_texts)
     return method(model, spec, texts)

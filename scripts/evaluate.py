@@ -1,0 +1,9 @@
+from _log import to_log
+
+from encmap.pipeline.evaluation import evaluate_step
+
+to_log(snakemake)  # noqa: F821 (snakemake is injected)
+s = snakemake  # noqa: F821
+evaluate_step(s.wildcards.model, dict(s.params.spec), s.input.tasks, s.input.sentences, s.output[0],
+              evaluate=s.params.evaluate, device=s.params.evaluate["device"], threads=s.threads,
+              degenerate=s.params.degenerate)

@@ -1,0 +1,7 @@
+from _log import to_log
+
+from encmap.pipeline.evaluation import regress_step
+
+to_log(snakemake)  # noqa: F821 (snakemake is injected)
+s = snakemake  # noqa: F821
+regress_step(s.input.features, list(s.input.evals), dict(s.output.items()), regress=s.params.regress)
