@@ -22,7 +22,8 @@ ARTIFACTS = ("data", "results")
 #: Map settings for a map of 4 encoders: perplexity <= (4 - 1)/3, trustworthiness k < m/2.
 SMALL_MAP = {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}
 #: Artifacts that gather every encoder: any encoder's change changes them.
-GATHERED = ("results/features/qre.h5", "results/features/metrics.json", "results/similarity/", "results/map/")
+GATHERED = ("results/features/qre.h5", "results/features/metrics.json", "results/similarity/", "results/map/",
+            "results/regression/")
 
 
 @pytest.fixture(scope="module")
@@ -39,9 +40,10 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
     a = make_project(tmp_path_factory.mktemp("mapped") / "a", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
-    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|stitch|compare|map)\s+(\d+)$", plan, re.M))
+    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|stitch|compare|map|tasks|evaluate|regress)\s+(\d+)$",
+                             plan, re.M))
     assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1", "pairwise": "1", "stitch": "1",
-                      "compare": "1", "map": "1"}, plan[-2000:]
+                      "compare": "1", "map": "1", "tasks": "1", "evaluate": "4", "regress": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
     return a
 
@@ -141,6 +143,44 @@ def test_pipeline_similarity_outputs_and_heatmap_in_chromium(mapped, tmp_path):
     assert seen["errors"] == [] and seen["images"] == 2 and seen["texts"] >= 24 and min(seen["size"]) > 300, seen
 
 
+TASKS = {"supersense": "accuracy", "gloss-retrieval": "ndcg_at_10", "brown-genre": "accuracy", "lee": "spearman",
+         "polarity": "accuracy", "wordsim353": "spearman", "simlex999": "spearman"}
+
+
+def test_pipeline_evaluate_and_regress(mapped, tmp_path):
+    """Every encoder scored on every task (no probe sentence among the items); the regression
+    table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
+    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix
+
+    probes = set((mapped / "data/sentences/tiny.txt").read_text().splitlines())
+    built = json.loads((mapped / "data/eval/tasks.json").read_text())
+    for name, task in built["tasks"].items():
+        texts = task["queries"] + task["corpus"] if task["type"] == "retrieval" else task["texts"]
+        assert texts and not probes & set(texts), name
+    fm = read_feature_matrix(mapped / "results/features/qre.h5")
+    files = sorted((mapped / "results/eval").glob("*/*.json"))
+    assert sorted(f.stem for f in files) == sorted(fm["ids"])
+    for f in files:
+        r = json.loads(f.read_text())
+        assert {t: s["metric"] for t, s in r["tasks"].items()} == TASKS, f
+        assert all(np.isfinite(s["main_score"]) and "removed" in s for s in r["tasks"].values()), f
+    scores = list(csv.DictReader((mapped / "results/regression/scores.csv").open()))
+    assert [r["encoder"] for r in scores] == fm["ids"] and set(scores[0]) == {"encoder", "model", *TASKS}
+    table = list(csv.DictReader((mapped / "results/regression/table.csv").open()))
+    assert len(table) == 7 * 2 * 8
+    assert {r["folds"] for r in table if r["protocol"] == "grouped"} == {"4"}  # leave-one-model-out, 4 models
+    metrics = json.loads((mapped / "results/regression/metrics.json").read_text())
+    assert metrics["encoders"] == 11 and metrics["models"] == 4 and metrics["tasks"] == 7
+    assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
+    preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
+    assert len(preds) == 11 * 7 * 2 * 8
+    pred = predict_scores(mapped / "results/regression/regressors.joblib", fm["F"], fm["attrs"])
+    assert set(pred) == set(TASKS) and all(np.isfinite(v["ridge"]).all() for v in pred.values())
+    png = mapped / "results/regression/figures/predicted.png"
+    shutil.copy(png, tmp_path / "predicted.png")  # for a look
+    assert png.stat().st_size > 20000
+
+
 def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     """The same spec as a mapped model finds its twins at l1 distance 0, next to their points;
     a random model lands with finite coordinates and neighbours; --append extends params."""
@@ -162,6 +202,19 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
         assert gap < 0.1 * extent, (e, gap / extent)  # measured <= 0.063 on this config
         assert r["family"] == "tiny"
     assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out
+    # Its predicted scores are those of its twin on the map (same features, same regressors).
+    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix
+
+    assert "predicted main scores" in out
+    fm = read_feature_matrix(mapped / "results/features/qre.h5")
+    i = fm["ids"].index("tiny-st__out")
+    twin = predict_scores(mapped / "results/regression/regressors.joblib", fm["F"][[i]], fm["attrs"])
+    rows = {(r["encoder"], r["task"], r["regressor"]): float(r["predicted"])
+            for r in csv.DictReader((tmp_path / "twin/scores.csv").open())}
+    assert len(rows) == 7 * 7 * 2
+    for task, by_reg in twin.items():
+        for reg, v in by_reg.items():
+            assert rows[("twin__out", task, reg)] == pytest.approx(v[0], rel=1e-5, abs=1e-6)
     page = (tmp_path / "twin/map.html").read_text()
     assert '"placed": [{"id": "twin__l00-mean"' in page
 
@@ -200,7 +253,7 @@ def ran(out: str) -> set[str]:
 
 
 #: Stages that gather every encoder.
-GATHERING = ("qre", "pairwise", "stitch", "compare", "map")
+GATHERING = ("qre", "pairwise", "stitch", "compare", "map", "regress")
 
 
 def computed(root: Path) -> dict:
@@ -228,7 +281,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     # 1. One model's params change: only that model's artifacts (and the gathered matrix) change.
     (proj / "params.yaml").write_text(yaml.safe_dump(_set(params, "models.gauss.seed", 1), sort_keys=False))
     out = run("dvc repro", proj).stdout
-    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", *GATHERING}, out
+    assert ran(out) == {"embed@gauss", "pip@gauss", "features@gauss", "evaluate@gauss", *GATHERING}, out
     # The pair stages recompute only gauss__out's pairs: 5 of 15 (QRE, CKA); 2 x 5 ordered
     # stitch pairs and 5 RBF pairs of the subset (all 6 encoders here).
     assert computed(proj) == {"pairs_computed": 5, "stitch_pairs_computed": 10, "rbf_pairs_computed": 5}
@@ -259,13 +312,23 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
+    # A regression param reruns the regression alone; `dvc metrics diff` shows its effect.
+    out = run("dvc exp run -S 'regress.ridge_alphas=[1000.0]'", proj).stdout
+    assert ran(out) == {"regress"}, out
+    assert not [k for k in changed(h1, tree_hashes(proj, *ARTIFACTS)) if not k.startswith("results/regression/")]
+    mdiff = run("dvc metrics diff --md", proj).stdout
+    assert "results/regression/metrics.json" in mdiff and "qre.ridge.grouped.spearman" in mdiff, mdiff
+    run("git checkout -q -- . && dvc checkout -q", proj)
+    assert tree_hashes(proj, *ARTIFACTS) == h1
+
     # 3. An experiment on one model's param (dropping a variant) reruns that model only, in the
     # workspace, and its per-encoder files leave every stage.
     out = run("dvc exp run -S 'models.lsa.dims=[8]'", proj).stdout
-    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", *GATHERING}, out
+    assert ran(out) == {"embed@lsa", "pip@lsa", "features@lsa", "evaluate@lsa", *GATHERING}, out
     assert all("lsa" in k or k.startswith(GATHERED) for k in changed(h1, tree_hashes(proj, *ARTIFACTS)))
     for stage in ("embeddings", "pip", "features/encoders"):
         assert sorted(f.name for f in (proj / "results" / stage / "lsa").glob("*.h5")) == ["lsa__d8.h5"], stage
+    assert sorted(f.name for f in (proj / "results/eval/lsa").glob("*.json")) == ["lsa__d8.json"]
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         assert f["features"].shape[0] == 5
     run("dvc exp show --no-pager --csv", proj)

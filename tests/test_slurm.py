@@ -35,8 +35,10 @@ def cluster(tmp_path_factory):
 def small_params(tmp_path: Path, tiny_bert: Path) -> dict:
     params = tiny_params(tiny_bert, write_user_file(tmp_path / "mine.txt"), n=120)
     st = params["models"]["tiny-st"] | {"layers": [1, 2], "pooling": ["mean"], "dims": []}
-    params["models"] = {"tiny-st": st, "gauss": params["models"]["gauss"]}
-    # 4 encoders on the map: perplexity <= (4 - 1)/3, trustworthiness needs k < m/2.
+    # Three models: the regression's grouped CV needs three groups. lsa: one encoder.
+    params["models"] = {"tiny-st": st, "gauss": params["models"]["gauss"],
+                        "lsa": params["models"]["lsa"] | {"dims": [8]}}
+    # 5 encoders on the map: perplexity <= (5 - 1)/3, trustworthiness needs k < m/2.
     params["map"] |= {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}
     return params
 
@@ -65,6 +67,8 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
         prof["set-resources"][rule].update(mem_mb=1000)
     prof["set-resources"]["pairwise"].update(mem_mb=1000, cpus_per_task=1)
     prof["set-resources"]["stitch"].update(mem_mb=1000, cpus_per_gpu=1)
+    prof["set-resources"]["evaluate"].update(mem_mb=2000, cpus_per_gpu=1)
+    prof["set-resources"]["regress"].update(mem_mb=1000, cpus_per_task=1)
     prof["slurm-init-seconds-before-status-checks"] = 2
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
@@ -80,9 +84,10 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
     # The plugin tags each sbatch job with its rule: one embed per model, pip and features per encoder.
     rules = Counter(re.match(r"rule_([a-z]+)", j.get("Comment", "")).group(1) for j in jobs)
-    assert rules == {"curate": 1, "embed": 2, "pip": 4, "features": 4, "qre": 1, "pairwise": 1, "stitch": 1,
-                     "compare": 1, "map": 1}, jobs
-    # Only the transformer's embed job and the stitch job (MLPs) asked for a GPU (resources:
-    # gpu=1 -> sbatch --gpus=1).
+    assert rules == {"curate": 1, "embed": 3, "pip": 5, "features": 5, "qre": 1, "pairwise": 1, "stitch": 1,
+                     "compare": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, jobs
+    # Only the transformer's embed and evaluate jobs and the stitch job (MLPs) asked for a GPU
+    # (resources: gpu=1 -> sbatch --gpus=1).
     gpu = sorted(j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", ""))
-    assert len(gpu) == 2 and gpu[0].startswith("rule_embed_wildcards_tiny-st") and gpu[1].startswith("rule_stitch"), gpu
+    assert [g.split("_wildcards")[0] for g in gpu] == ["rule_embed", "rule_evaluate", "rule_stitch"], gpu
+    assert "tiny-st" in gpu[0] and "tiny-st" in gpu[1], gpu

@@ -35,10 +35,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
     p.add_argument("--out", help="output directory (default: results/place/<id>)")
     p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
+    r = sub.add_parser("regress", help="predict scores from features: grouped vs random CV, baselines (CSV table)")
+    r.add_argument("--features", required=True, help="feature matrix (HDF5, e.g. results/features/qre.h5)")
+    r.add_argument("--scores", required=True, help="score table CSV with columns encoder,task,score")
+    r.add_argument("--groups", help="CSV encoder,group (default: each encoder's model)")
+    r.add_argument("--out", help="also write the table to this CSV file")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "place":
             return _place(args)
+        if args.cmd == "regress":
+            from .io import atomic_write_text
+            from .pipeline.evaluation import regress_tables
+
+            text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"])
+            print(text, end="")
+            if args.out:
+                atomic_write_text(args.out, text)
+            return 0
         if args.cmd == "show":
             from .pipeline.backbone import describe
 
@@ -92,7 +106,14 @@ def _place(args) -> int:
         print(f"{e}\tat ({x:.3f}, {y:.3f})")
         for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
             print(f"  {r:2d}. {nb}\t{d:.6g}")
-    print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv")
+    if res["predicted"]:
+        print("predicted main scores (ridge / elasticnet on the QRE features, trained on the map's encoders):")
+        for e in res["ids"]:
+            print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f} / {p['elasticnet']:.3f}"
+                                       for t, p in res["predicted"][e].items()))
+    else:
+        print("no predicted scores: results/regression/regressors.joblib not found (run the 'regress' rule)")
+    print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv" + (", scores.csv" if res["predicted"] else ""))
     if args.append:
         append_to_params(args.params, model, spec)
         print(f"added model {model!r} to {args.params}")

@@ -222,3 +222,39 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
                      "encmap_version": __version__}, tmp)
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {"tasks": len(tasks), "encoders": len(ids),
                                                                   "models": len(set(groups))})
+
+
+def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Each task's predicted main score for new encoders' QRE features F (k, n), per regressor.
+
+    ``attrs`` are the feature settings the new rows were computed with (sentences_sha256, eps,
+    direction); they must be the ones the regressors were trained on. Returns
+    ``{task: {regressor: predictions (k,)}}``.
+    """
+    import joblib
+
+    p = Path(regressors)
+    if not p.is_file():
+        raise EncmapError(f"{p}: no fitted regressors; run the 'regress' rule first")
+    saved = joblib.load(p)
+    for key in ("sentences_sha256", "direction"):
+        if str(saved[key]) != str(attrs[key]):
+            raise EncmapError(f"{p}: regressors were trained on features with {key} {saved[key]!r}, "
+                              f"not {attrs[key]!r}; rerun the 'regress' rule")
+    if float(saved["eps"]) != float(attrs["eps"]) or saved["n"] != F.shape[1]:
+        raise EncmapError(f"{p}: regressors were trained on features of n = {saved['n']}, eps = {saved['eps']}; "
+                          f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
+    return {t: {reg: est.predict(F) for reg, est in saved["regressors"][t].items()} for t in saved["tasks"]}
+
+
+def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any]) -> str:
+    """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
+
+    Groups default to each encoder's model (from the feature matrix's records).
+    """
+    fm = read_feature_matrix(features)
+    table = read_score_table(scores, fm["ids"])
+    tasks = sorted({t for s in table.values() for t in s})
+    g = read_groups(groups, fm["ids"]) if groups else [r["model"] for r in fm["records"]]
+    res = run_regression(fm, table, tasks, g, params)
+    return table_text(res["rows"])

@@ -69,7 +69,9 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
 
     Writes ``<out_dir>/placed.csv``, ``neighbours.csv`` and ``map.html`` (default
     ``results/place/<model>/``; the tracked map is left as it is) and returns
-    ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir"}``.
+    ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted"}``;
+    ``predicted`` holds each variant's predicted score per task and regressor (and
+    ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.joblib``).
     """
     from threadpoolctl import threadpool_limits
 
@@ -139,12 +141,29 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
+    predicted = _predicted_scores(root / "results/regression/regressors.joblib", ids, F_new, fm["attrs"], out)
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e]}
               for i, e in enumerate(ids)]
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
-    return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out)}
+    return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted}
+
+
+def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
+                      out: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
+    from .evaluation import predict_scores
+
+    if not regressors.is_file():
+        return {}
+    pred = predict_scores(regressors, F_new, attrs)
+    table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
+             for i, e in enumerate(ids)}
+    lines = ["encoder,task,regressor,predicted"] + [f"{e},{t},{reg},{v:.6g}" for e, by_t in table.items()
+                                                    for t, by_reg in by_t.items() for reg, v in by_reg.items()]
+    atomic_write_text(out / "scores.csv", "\n".join(lines) + "\n")
+    return table
 
 
 def append_to_params(params_path: str | Path, model: str, spec: dict[str, Any]) -> None:

@@ -1,0 +1,161 @@
+"""Score regression: recovery, the leakage gap, baselines on the same folds, bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encmap.io import write_h5
+from encmap.regress import cross_predict, outer_splits, regression_table
+from encmap.validation import EncmapError
+
+PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
+          "elasticnet_alphas": [1e-3, 1e-2, 1e-1], "l1_ratios": [0.5], "ridge_alphas": [1e-2, 1.0, 100.0],
+          "max_iter": 10000, "score_tables": []}
+
+
+def records(m: int, groups) -> list[dict]:
+    return [{"id": f"e{i}", "model": str(groups[i]), "layer": i % 4 if i % 3 else None, "pooling": "mean",
+             "dim": None, "d": 8 * (1 + i % 3), "meta": {"parameters": None if i % 5 == 0 else 1000 * i}}
+            for i in range(m)]
+
+
+def table(rows, **where) -> list[dict]:
+    return [r for r in rows if all(r[k] == v for k, v in where.items())]
+
+
+@pytest.fixture(scope="module")
+def synthetic():
+    """10 models x 5 variants. Features: a 3-d latent state per encoder, seen through 300 noisy
+    dimensions, plus a per-model offset. Target ``linear`` is a linear function of the latent
+    state (varies within and across models); ``group`` depends only on the model."""
+    rng = np.random.default_rng(0)
+    groups = np.repeat([f"m{g}" for g in range(10)], 5)
+    Z = rng.standard_normal((50, 3))
+    offset = rng.standard_normal((10, 300))[np.repeat(np.arange(10), 5)]
+    F = 3 * Z @ rng.standard_normal((3, 300)) + offset + 0.05 * rng.standard_normal((50, 300))
+    Y = np.c_[Z @ np.array([1.0, -2.0, 0.5]), rng.standard_normal(10)[np.repeat(np.arange(10), 5)]]
+    rows, preds = regression_table(F, Y, ["linear", "group"], groups, records(50, groups), PARAMS, 0)
+    return {"F": F, "Y": Y, "groups": groups, "rows": rows, "preds": preds}
+
+
+def test_linear_target_is_recovered_under_grouped_cv(synthetic):
+    for reg in ("elasticnet", "ridge"):
+        r = table(synthetic["rows"], task="linear", protocol="grouped", features="qre", regressor=reg)[0]
+        assert r["spearman"] > 0.95 and r["pearson"] > 0.95 and r["folds"] == 10, r
+    # Random features of the same shape predict nothing.
+    r = table(synthetic["rows"], task="linear", protocol="grouped", features="random", regressor="ridge")[0]
+    assert abs(r["spearman"]) < 0.4, r
+
+
+def test_group_only_target_leaks_under_random_cv_only(synthetic):
+    """A score that only depends on the model is predictable when a model's siblings sit in the
+    training folds (random K-fold), not when whole models are held out: the leakage gap."""
+    grouped = table(synthetic["rows"], task="group", protocol="grouped", features="qre", regressor="ridge")[0]
+    random = table(synthetic["rows"], task="group", protocol="random", features="qre", regressor="ridge")[0]
+    assert random["spearman"] > 0.9 and grouped["spearman"] < 0.3, (random, grouped)
+
+
+def test_baselines_use_the_same_folds(synthetic):
+    g, y = synthetic["groups"], synthetic["Y"][:, 0]
+    rows = table(synthetic["rows"], task="linear")
+    assert {r["features"] for r in rows} == {"qre", "random", "dim", "layer", "parameters", "mean"}
+    for prot, folds in (("grouped", 10), ("random", 5)):
+        assert {r["folds"] for r in table(rows, protocol=prot)} == {folds}
+        # The mean baseline, recomputed by hand on the protocol's folds: each held-out model's
+        # prediction is the mean of the other models' scores.
+        expect = np.empty(50)
+        for train, test in outer_splits(g, prot, PARAMS, 0):
+            expect[test] = y[train].mean()
+        got = [p["predicted"] for p in synthetic["preds"] if p["task"] == "linear" and p["protocol"] == prot
+               and p["features"] == "mean"]
+        np.testing.assert_allclose(got, expect, rtol=1e-12)
+    loo = outer_splits(g, "grouped", PARAMS, 0)
+    assert all(len(set(g[test])) == 1 and g[test][0] not in set(g[train]) for train, test in loo)
+
+
+def test_same_seed_same_predictions(synthetic):
+    F, y, g = synthetic["F"], synthetic["Y"][:, 0], synthetic["groups"]
+    splits = outer_splits(g, "random", PARAMS, 0)
+    a = cross_predict("elasticnet", F, y, g, splits, "random", PARAMS, 0)
+    assert np.array_equal(a, cross_predict("elasticnet", F, y, g, splits, "random", PARAMS, 0))
+
+
+def test_fewer_than_three_groups_is_an_error():
+    with pytest.raises(EncmapError, match="at least 3 groups .* got 2"):
+        outer_splits(np.array(["a", "a", "b", "b"]), "grouped", PARAMS, 0)
+
+
+def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
+    """A feature matrix of m encoders of 4 models and their evaluate outputs."""
+    rng = np.random.default_rng(1)
+    groups = [f"m{i % 4}" for i in range(m)]
+    recs = records(m, groups)
+    F = rng.standard_normal((m, 40))
+    write_h5(root / "qre.h5", {"features": F, "encoder_ids": np.array([r["id"] for r in recs], dtype=object),
+                               "encoders": np.array([json.dumps(r) for r in recs], dtype=object)},
+             {"sentences_sha256": "x", "eps": 1e-6, "direction": "forward", "m": m})
+    dirs = []
+    for g in sorted(set(groups)):
+        d = root / "eval" / g
+        d.mkdir(parents=True)
+        for i, r in enumerate(recs):
+            if r["model"] == g:
+                (d / f"{r['id']}.json").write_text(json.dumps({"encoder_id": r["id"], "tasks": {
+                    "lee": {"main_score": float(F[i, 0])}, "polarity": {"main_score": float(F[i, 1])}}}))
+        dirs.append(str(d))
+    return str(root / "qre.h5"), dirs
+
+
+OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg")
+
+
+def test_regress_step_and_bad_score_tables(tmp_path):
+    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix, regress_step
+
+    features, dirs = fake_run(tmp_path)
+    out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
+    bad = tmp_path / "bad.csv"
+    for text, match in (("encoder,task,score\ne0,mine,1\nnope,mine,2\n", "line 3: unknown encoder 'nope'"),
+                        ("encoder,task,score\ne0,other,1\n", "line 2: unknown task 'other'"),
+                        ("encoder,task,score\ne0,mine,x\n", "score 'x' is not a number"),
+                        ("encoder,score\ne0,1\n", "needs columns encoder,task,score")):
+        bad.write_text(text)
+        with pytest.raises(EncmapError, match=match):
+            regress_step(features, dirs, out, regress=PARAMS | {"score_tables": [{"path": str(bad), "tasks": ["mine"]}]})
+        assert not (tmp_path / "out").exists()
+    # A user table adds a target; every output is written.
+    good = tmp_path / "good.csv"
+    good.write_text("encoder,task,score\n" + "".join(f"e{i},mine,{i % 3}\n" for i in range(12)))
+    regress_step(features, dirs, out, regress=PARAMS | {"score_tables": [{"path": str(good), "tasks": ["mine"]}]})
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["tasks"] == 3 and metrics["models"] == 4 and set(metrics["qre"]) == {"elasticnet", "ridge"}
+    lines = Path(out["table"]).read_text().splitlines()
+    assert len(lines) == 1 + 3 * 2 * 8  # tasks x protocols x (2 qre + 2 random + 3 one-column + mean)
+    fm = read_feature_matrix(features)
+    pred = predict_scores(out["regressors"], fm["F"][:2], fm["attrs"])
+    assert set(pred) == {"lee", "polarity", "mine"} and pred["lee"]["ridge"].shape == (2,)
+    with pytest.raises(EncmapError, match="trained on features of n = 40"):
+        predict_scores(out["regressors"], fm["F"][:2, :10], fm["attrs"])
+
+
+def test_cli_regress(tmp_path, capsys):
+    from encmap.cli import main
+
+    features, _ = fake_run(tmp_path)
+    scores = tmp_path / "s.csv"
+    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{i * 0.1}\n" for i in range(12)))
+    params = tmp_path / "params.yaml"
+    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "task,protocol,features,regressor,n,folds,spearman,pearson,mae" and len(out) == 1 + 2 * 8
+    assert out[1].startswith("t,grouped,qre,elasticnet,12,4,")  # 4 models: leave-one-model-out
+    groups = tmp_path / "g.csv"
+    groups.write_text("encoder,group\n" + "".join(f"e{i},{i % 2}\n" for i in range(12)))
+    assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores),
+                 "--groups", str(groups)]) == 2
+    assert "at least 3 groups (models), got 2" in capsys.readouterr().err
