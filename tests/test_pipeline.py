@@ -150,7 +150,7 @@ TASKS = {"supersense": "accuracy", "gloss-retrieval": "ndcg_at_10", "brown-genre
 def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     """Every encoder scored on every task (no probe sentence among the items); the regression
     table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
-    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix
+    from encmap.pipeline.regression import predict_scores, read_feature_matrix
 
     probes = set((mapped / "data/sentences/tiny.txt").read_text().splitlines())
     built = json.loads((mapped / "data/eval/tasks.json").read_text())
@@ -203,7 +203,7 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
         assert r["family"] == "tiny"
     assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out
     # Its predicted scores are those of its twin on the map (same features, same regressors).
-    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix
+    from encmap.pipeline.regression import predict_scores, read_feature_matrix
 
     assert "predicted main scores" in out
     fm = read_feature_matrix(mapped / "results/features/qre.h5")

@@ -114,7 +114,7 @@ OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png",
 
 
 def test_regress_step_and_bad_score_tables(tmp_path):
-    from encmap.pipeline.evaluation import predict_scores, read_feature_matrix, regress_step
+    from encmap.pipeline.regression import predict_scores, read_feature_matrix, regress_step
 
     features, dirs = fake_run(tmp_path)
     out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
@@ -159,3 +159,28 @@ def test_cli_regress(tmp_path, capsys):
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores),
                  "--groups", str(groups)]) == 2
     assert "at least 3 groups (models), got 2" in capsys.readouterr().err
+
+
+def test_mteb_result_files_become_a_score_table(tmp_path, capsys):
+    """MTEB's layout and schema, written by hand: mean main score over subsets of the split."""
+    from encmap.cli import main
+
+    def result(model: str, task: str, scores: dict) -> None:
+        d = tmp_path / "results" / model / "abc123"
+        d.mkdir(parents=True, exist_ok=True)
+        (d / f"{task}.json").write_text(json.dumps({"task_name": task, "dataset_revision": "r", "scores": scores}))
+
+    result("org__model-a", "STS12", {"test": [{"main_score": 0.7, "hf_subset": "default", "spearman": 0.7}]})
+    result("org__model-a", "Banking77Classification", {"test": [{"main_score": 0.8, "hf_subset": "en"},
+                                                                {"main_score": 0.6, "hf_subset": "de"}]})
+    result("org__model-a", "MSMARCO", {"dev": [{"main_score": 0.3, "hf_subset": "default"}]})
+    (tmp_path / "results/org__model-a/abc123/model_meta.json").write_text("{}")
+    models = tmp_path / "models.csv"
+    models.write_text("encoder,mteb_model\nminilm-l6__out,org/model-a\n")
+    out = tmp_path / "scores.csv"
+    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models), "--out", str(out)]) == 0
+    assert out.read_text().splitlines() == ["encoder,task,score", "minilm-l6__out,Banking77Classification,0.7",
+                                            "minilm-l6__out,STS12,0.7"]
+    models.write_text("encoder,mteb_model\nminilm-l6__out,org/model-b\n")
+    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
+    assert "expected one revision folder for encoder 'minilm-l6__out'" in capsys.readouterr().err

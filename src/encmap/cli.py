@@ -40,13 +40,20 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--scores", required=True, help="score table CSV with columns encoder,task,score")
     r.add_argument("--groups", help="CSV encoder,group (default: each encoder's model)")
     r.add_argument("--out", help="also write the table to this CSV file")
+    mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB result files")
+    mt.add_argument("results", help="MTEB results folder (<org__model>/<revision>/<TaskName>.json)")
+    mt.add_argument("--models", required=True, help="CSV encoder,mteb_model: which map encoder each MTEB model is")
+    mt.add_argument("--split", default="test", help="split whose main scores are read (default: %(default)s)")
+    mt.add_argument("--out", help="write the table here (default: print it)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "mteb-scores":
+            return _mteb_scores(args)
         if args.cmd == "place":
             return _place(args)
         if args.cmd == "regress":
             from .io import atomic_write_text
-            from .pipeline.evaluation import regress_tables
+            from .pipeline.regression import regress_tables
 
             text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"])
             print(text, end="")
@@ -69,6 +76,25 @@ def main(argv: list[str] | None = None) -> int:
     except (EncmapError, OSError) as e:
         print(f"encmap: error: {e}", file=sys.stderr)
         return 2
+    return 0
+
+
+def _mteb_scores(args) -> int:
+    import csv
+
+    from .io import atomic_write_text
+    from .scoretables import mteb_scores, score_table_text
+
+    try:
+        rows = list(csv.DictReader(open(args.models, encoding="utf-8")))
+        models = {r["encoder"].strip(): r["mteb_model"].strip() for r in rows}
+    except (OSError, KeyError) as e:
+        raise EncmapError(f"--models {args.models}: needs a CSV with columns encoder,mteb_model ({e})") from None
+    text = score_table_text(mteb_scores(args.results, models, args.split))
+    if args.out:
+        atomic_write_text(args.out, text)
+    else:
+        print(text, end="")
     return 0
 
 

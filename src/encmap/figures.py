@@ -140,6 +140,7 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from scipy.stats import spearmanr
 
     plt.rcParams["svg.hashsalt"] = "encmap"
     protocols = ("grouped", "random")
@@ -153,8 +154,9 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
             vals = [v for r in sel for v in (r["actual"], r["predicted"])]
             for reg in regressors:
                 pts = [r for r in sel if r["regressor"] == reg]
-                ax.scatter([r["actual"] for r in pts], [r["predicted"] for r in pts], s=12, alpha=0.75,
-                           color=colours[reg], label=reg)
+                a, p = np.array([r["actual"] for r in pts]), np.array([r["predicted"] for r in pts])
+                rho = spearmanr(a, p).statistic if len(pts) > 2 and np.ptp(a) > 0 and np.ptp(p) > 0 else np.nan
+                ax.scatter(a, p, s=12, alpha=0.75, color=colours[reg], label=f"{reg} (Spearman {rho:.2f})")
             if vals:
                 lo, hi = min(vals), max(vals)
                 ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="grey")
@@ -162,5 +164,7 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
             ax.set_xlabel("actual", fontsize=8)
             ax.set_ylabel("predicted", fontsize=8)
             ax.tick_params(labelsize=7)
-    axes[0, 0].legend(fontsize=7, title=f"{features} features", title_fontsize=7)
+            if sel:
+                ax.legend(fontsize=6, loc="best")
+    fig.suptitle(f"Out-of-fold predictions from the {features} features", fontsize=10)
     _save(fig, png, svg)

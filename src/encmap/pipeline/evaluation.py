@@ -1,9 +1,7 @@
-"""Downstream steps: build the evaluation tasks, score every encoder of a model, regress scores on features."""
+"""Downstream scores: build the evaluation tasks once, score every encoder of one model."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import sys
 from pathlib import Path
@@ -12,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..io import atomic_write_json, atomic_write_text
+from ..io import atomic_write_json
 from ..validation import EncmapError
-from .common import read_feature_matrix, rounded, swap_dir
+from .common import rounded, swap_dir
 
 #: Digits kept in score files: far below any difference that matters, and stable across BLAS builds.
 DIGITS = 6
@@ -84,177 +82,3 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
 
     swap_dir(Path(outdir), write)
     return list(results)
-
-
-def read_eval_scores(eval_dirs: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks."""
-    scores: dict[str, dict[str, float]] = {}
-    tasks: list[str] = []
-    for d in eval_dirs:
-        files = sorted(Path(d).glob("*.json"))
-        if not files:
-            raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
-        for f in files:
-            r = json.loads(f.read_text(encoding="utf-8"))
-            scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
-            tasks += [t for t in r["tasks"] if t not in tasks]
-    return scores, tasks
-
-
-def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | None = None) -> dict[str, dict[str, float]]:
-    """A user's score table (CSV with columns ``encoder,task,score``), checked.
-
-    Every encoder must be one of ``encoders``; with ``tasks`` given, every task must be one of
-    them (the tasks its params entry declares). Errors name the file, the row and the value.
-    """
-    p = Path(path)
-    if not p.is_file():
-        raise EncmapError(f"score table {p}: file not found")
-    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
-    need = {"encoder", "task", "score"}
-    if not reader.fieldnames or not need <= set(reader.fieldnames):
-        raise EncmapError(f"score table {p}: needs columns encoder,task,score (has {reader.fieldnames})")
-    known = set(encoders)
-    out: dict[str, dict[str, float]] = {}
-    for i, row in enumerate(reader, start=2):
-        e, t = row["encoder"].strip(), row["task"].strip()
-        if e not in known:
-            raise EncmapError(f"score table {p} line {i}: unknown encoder {e!r} (not on the map; "
-                              f"`encmap encoders` lists them)")
-        if tasks is not None and t not in tasks:
-            raise EncmapError(f"score table {p} line {i}: unknown task {t!r} (declared for this table: {tasks})")
-        try:
-            v = float(row["score"])
-        except ValueError:
-            raise EncmapError(f"score table {p} line {i}: score {row['score']!r} is not a number") from None
-        if not np.isfinite(v):
-            raise EncmapError(f"score table {p} line {i}: score {row['score']!r} is not finite")
-        if t in out.get(e, {}):
-            raise EncmapError(f"score table {p} line {i}: encoder {e!r} task {t!r} appears twice")
-        out.setdefault(e, {})[t] = v
-    if not out:
-        raise EncmapError(f"score table {p}: no rows")
-    return out
-
-
-def read_groups(path: str | Path, encoders: list[str]) -> list[str]:
-    """Group of each encoder from a CSV with columns ``encoder,group`` (every encoder needs one)."""
-    p = Path(path)
-    if not p.is_file():
-        raise EncmapError(f"groups table {p}: file not found")
-    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
-    if not reader.fieldnames or not {"encoder", "group"} <= set(reader.fieldnames):
-        raise EncmapError(f"groups table {p}: needs columns encoder,group (has {reader.fieldnames})")
-    g = {row["encoder"].strip(): row["group"].strip() for row in reader}
-    missing = [e for e in encoders if e not in g]
-    if missing:
-        raise EncmapError(f"groups table {p}: no group for encoder {missing[0]!r} ({len(missing)} missing)")
-    return [g[e] for e in encoders]
-
-
-def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: list[str]) -> np.ndarray:
-    """(m, T) scores in feature-matrix row order; NaN where an encoder has no score for a task."""
-    return np.array([[scores.get(e, {}).get(t, np.nan) for t in tasks] for e in ids], dtype=np.float64)
-
-
-def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
-                   params: dict[str, Any]) -> dict[str, Any]:
-    """The protocol of :mod:`encmap.regress` on a feature matrix and scores; tables as text."""
-    from ..regress import regression_table, summary
-
-    Y = score_matrix(fm["ids"], scores, tasks)
-    empty = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
-    if empty:
-        raise EncmapError(f"task {empty[0]!r}: fewer than 3 encoders on the map have a score")
-    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"])
-    return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y}
-
-
-def _csv(rows: list[dict[str, Any]], fields: list[str]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
-
-
-TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
-
-
-def table_text(rows: list[dict[str, Any]]) -> str:
-    """The regression table as CSV text."""
-    return _csv(rows, TABLE_FIELDS)
-
-
-def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any]) -> None:
-    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors."""
-    import joblib
-
-    from ..figures import draw_predictions
-    from ..regress import fit_final
-
-    fm = read_feature_matrix(features)
-    scores, tasks = read_eval_scores(eval_dirs)
-    for table in regress["score_tables"]:
-        extra = read_score_table(table["path"], fm["ids"], table["tasks"])
-        for e, s in extra.items():
-            scores.setdefault(e, {}).update(s)
-        tasks += [t for t in table["tasks"] if t not in tasks]
-    groups = [r["model"] for r in fm["records"]]
-    res = run_regression(fm, scores, tasks, groups, regress)
-    ids = fm["ids"]
-    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"])
-    pred_rows = [p | {"encoder": ids[p["encoder"]], "model": groups[p["encoder"]]} for p in res["predictions"]]
-    score_rows = [{"encoder": e, "model": g} | {t: res["Y"][i, j] for j, t in enumerate(tasks)}
-                  for i, (e, g) in enumerate(zip(ids, groups))]
-    atomic_write_text(out["table"], table_text(res["rows"]))
-    atomic_write_text(out["predictions"], _csv(pred_rows, ["encoder", "model", "task", "protocol", "features",
-                                                           "regressor", "actual", "predicted"]))
-    atomic_write_text(out["scores"], _csv(score_rows, ["encoder", "model", *tasks]))
-    draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
-    from ..io import atomic_path
-
-    with atomic_path(out["regressors"]) as tmp:
-        joblib.dump({"tasks": tasks, "regressors": final, "encoder_ids": ids,
-                     "sentences_sha256": fm["attrs"]["sentences_sha256"], "eps": float(fm["attrs"]["eps"]),
-                     "direction": str(fm["attrs"]["direction"]), "n": int(fm["F"].shape[1]),
-                     "encmap_version": __version__}, tmp)
-    atomic_write_json(out["metrics"], rounded(res["summary"]) | {"tasks": len(tasks), "encoders": len(ids),
-                                                                  "models": len(set(groups))})
-
-
-def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any]) -> dict[str, dict[str, float]]:
-    """Each task's predicted main score for new encoders' QRE features F (k, n), per regressor.
-
-    ``attrs`` are the feature settings the new rows were computed with (sentences_sha256, eps,
-    direction); they must be the ones the regressors were trained on. Returns
-    ``{task: {regressor: predictions (k,)}}``.
-    """
-    import joblib
-
-    p = Path(regressors)
-    if not p.is_file():
-        raise EncmapError(f"{p}: no fitted regressors; run the 'regress' rule first")
-    saved = joblib.load(p)
-    for key in ("sentences_sha256", "direction"):
-        if str(saved[key]) != str(attrs[key]):
-            raise EncmapError(f"{p}: regressors were trained on features with {key} {saved[key]!r}, "
-                              f"not {attrs[key]!r}; rerun the 'regress' rule")
-    if float(saved["eps"]) != float(attrs["eps"]) or saved["n"] != F.shape[1]:
-        raise EncmapError(f"{p}: regressors were trained on features of n = {saved['n']}, eps = {saved['eps']}; "
-                          f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
-    return {t: {reg: est.predict(F) for reg, est in saved["regressors"][t].items()} for t in saved["tasks"]}
-
-
-def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any]) -> str:
-    """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
-
-    Groups default to each encoder's model (from the feature matrix's records).
-    """
-    fm = read_feature_matrix(features)
-    table = read_score_table(scores, fm["ids"])
-    tasks = sorted({t for s in table.values() for t in s})
-    g = read_groups(groups, fm["ids"]) if groups else [r["model"] for r in fm["records"]]
-    res = run_regression(fm, table, tasks, g, params)
-    return table_text(res["rows"])

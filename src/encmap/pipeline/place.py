@@ -153,7 +153,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
                       out: Path) -> dict[str, dict[str, dict[str, float]]]:
     """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
-    from .evaluation import predict_scores
+    from .regression import predict_scores
 
     if not regressors.is_file():
         return {}
