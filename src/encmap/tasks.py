@@ -23,6 +23,7 @@ simlex999          gensim simlex999.txt, each word a text           similarity  
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
@@ -84,6 +85,12 @@ def gensim_data_dir(path: str | None) -> Path:
     return root
 
 
+@lru_cache(maxsize=2)
+def _synsets(path: str) -> tuple:
+    """WordNet's synsets, read once for the two WordNet tasks."""
+    return tuple(wordnet_synsets("wordnet", path))
+
+
 def read_legacy_text(f: Path) -> str:
     """UTF-8, else Windows-1252: gensim's older test files are the latter (0xa3 pound, 0x97 dash)."""
     raw = f.read_bytes()
@@ -141,8 +148,7 @@ def _unique_labelled(pairs: list[tuple[str, str]]) -> tuple[list[str], list[str]
 
 def supersense(p: dict, probes: ProbeFilter, seed: int, wordnet: str) -> dict[str, Any]:
     """WordNet example sentences labelled by their synset's lexicographer file."""
-    pairs = [(clean(as_sentence(ex)), LEXNAMES[s.lexfile]) for s in wordnet_synsets("wordnet", wordnet)
-             for ex in s.examples]
+    pairs = [(clean(as_sentence(ex)), LEXNAMES[s.lexfile]) for s in _synsets(wordnet) for ex in s.examples]
     texts, labels, ambiguous = _unique_labelled(pairs)
     keep, removed = probes.split(texts)
     texts = [t for t, k in zip(texts, keep) if k]
@@ -208,7 +214,7 @@ def gloss_retrieval(p: dict, probes: ProbeFilter, seed: int, wordnet: str) -> di
     only among the sampled synsets' own examples.
     """
     syns = [(clean(s.definition), [clean(as_sentence(ex)) for ex in s.examples])
-            for s in wordnet_synsets("wordnet", wordnet) if s.examples and s.definition]
+            for s in _synsets(wordnet) if s.examples and s.definition]
     defs = [d for d, _ in syns]
     counts: dict[str, int] = {}
     for d in defs:
