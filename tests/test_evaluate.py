@@ -128,3 +128,64 @@ def test_tfidf_encoder_is_the_maps_encoder_on_other_texts():
     # Fitted on the evaluation texts themselves it would be another encoder.
     assert not np.allclose(embed_model("lsa", spec, probes[:50]).arrays["lsa__d8"], mapped.arrays["lsa__d8"][:50],
                            atol=1e-3)
+
+
+def test_mteb_tasks_by_name_without_download():
+    """The online route: tasks resolve by name from mteb's registry (metadata only, no data)."""
+    from encmap.mtebrun import mteb_tasks
+
+    (task,) = mteb_tasks(["STSBenchmark"])
+    assert task.metadata.name == "STSBenchmark" and task.metadata.main_score == "cosine_spearman"
+    with pytest.raises(EncmapError, match="NoSuchTask"):
+        mteb_tasks(["NoSuchTask"])
+
+
+def test_mteb_evaluates_every_variant_from_shared_passes():
+    """A local MTEB STS task (its data in memory) through ``mteb.evaluate``: each variant's main
+    score equals encmap's own Spearman of cosine (an independent implementation), and the
+    variants share the forward passes (one per distinct list of texts, not one per variant)."""
+    from datasets import Dataset, DatasetDict
+    from mteb.abstasks.sts import AbsTaskSTS
+    from mteb.abstasks.task_metadata import TaskMetadata
+
+    from encmap.mtebrun import SharedPass, run_mteb
+
+    rng = np.random.default_rng(0)
+    left = [f"sentence {i} about topic {i % 3}" for i in range(12)]
+    right = [f"another {i} on topic {(i * 5) % 4}" for i in range(12)]
+    human = rng.uniform(0, 5, 12).round(2).tolist()
+
+    class LocalSTS(AbsTaskSTS):
+        metadata = TaskMetadata(
+            name="LocalSTS", description="twelve pairs in memory", type="STS", dataset={"path": "local/none",
+                                                                                        "revision": "1"},
+            eval_splits=["test"], eval_langs=["eng-Latn"], main_score="cosine_spearman", category="t2t",
+            domains=None, date=None, license=None, annotations_creators=None, dialect=None, sample_creation=None,
+            bibtex_citation="", reference=None)
+
+        def load_data(self, **kwargs):
+            self.dataset = {"default": DatasetDict({"test": Dataset.from_dict(
+                {"sentence1": left, "sentence2": right, "score": human})})}
+            self.data_loaded = True
+
+    table = rng.standard_normal((64, 16))
+
+    def embed(texts):  # a deterministic "model" with two variants: full width and a truncation
+        X = np.array([table[[hash_word(w) for w in t.split()]].sum(0) for t in texts])
+        return {"m__out": X, "m__out-d4": X[:, :4]}
+
+    shared = SharedPass(embed)
+    res = run_mteb([LocalSTS()], ["m__out", "m__out-d4"], embed, shared=shared)
+    X = embed(left + right)
+    pairs = [[i, 12 + i] for i in range(12)]
+    for e in ("m__out", "m__out-d4"):
+        ours = similarity_scores(X[e], pairs, human)["spearman"]
+        assert res[e]["mteb:LocalSTS"]["main_score"] == pytest.approx(ours, abs=1e-9), e
+    assert 1 <= shared.passes <= 2  # mteb encodes the two columns; the second variant reuses both
+
+
+def hash_word(w: str) -> int:
+    """A stable word -> row index (never Python's salted hash())."""
+    import zlib
+
+    return zlib.crc32(w.encode()) % 64

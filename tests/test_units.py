@@ -227,7 +227,7 @@ def test_each_stage_lists_the_params_its_rule_reads():
                       "tasks": ["evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
                       "evaluate": ["models.${key}", "embed.degenerate", "evaluate.seed", "evaluate.classification",
-                                   "evaluate.retrieval_k", "evaluate.device"],
+                                   "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"],
                       "regress": ["regress"]}
     rules = {f.stem: f.read_text() for f in (REPO / "rules").glob("*.smk")}
     assert 'config["similarity"]' in rules["similarity"] and 'config["pip"]' in rules["pip"]

@@ -44,7 +44,9 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
 
     All evaluation texts are embedded in one pass of the model, with the same machinery and
     variant ids as the embed step; encoders fitted to a corpus (TF-IDF + SVD) are fitted on the
-    curated sentences, as for the map. Nothing is written unless every encoder is scored.
+    curated sentences, as for the map. With ``evaluate.mteb.tasks`` set (online), MTEB tasks by
+    name join them as ``mteb:<Task>`` (:mod:`encmap.mtebrun`). Nothing is written unless every
+    encoder is scored.
     """
     from threadpoolctl import threadpool_limits
 
@@ -63,6 +65,15 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     rows = {t: i for i, t in enumerate(texts)}
     res = embed_model(model, spec, texts, resolve_device(device), threads=threads, degenerate=degenerate,
                       fit_texts=read_sentences(sentences))
+    online = {}
+    if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
+        from ..mtebrun import mteb_tasks, run_mteb
+
+        probes = read_sentences(sentences)
+        online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
+                          lambda t: embed_model(model, spec, t, resolve_device(device), threads=threads,
+                                                degenerate=degenerate, fit_texts=probes).arrays,
+                          split=evaluate["mteb"]["split"])
     tasks_sha = file_sha256(tasks_path)
     results = {}
     with threadpool_limits(threads):
@@ -71,7 +82,8 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
             scores = {name: evaluate_task(task, X, rows, evaluate, evaluate["seed"]) for name, task in tasks.items()}
             results[v.id] = {
                 "encoder_id": v.id, "model": model, "encoder": v.to_dict(),
-                "tasks": {name: rounded(s, DIGITS) | {"removed": tasks[name]["removed"]} for name, s in scores.items()},
+                "tasks": {name: rounded(s, DIGITS) | {"removed": tasks[name]["removed"]} for name, s in scores.items()}
+                | {name: rounded(s, DIGITS) for name, s in online.get(v.id, {}).items()},
                 "n_texts": len(texts), "degenerate": res.degenerate.get(v.id, ""), "tasks_sha256": tasks_sha,
                 "sentences_sha256": sha, "encmap_version": __version__}
             print(f"{v.id}: " + ", ".join(f"{k} {s['main_score']:.3f}" for k, s in scores.items()), file=sys.stderr)
