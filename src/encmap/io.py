@@ -8,6 +8,8 @@ so a failed job leaves no partial artifact. Tracked files are only ever opened r
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import os
 import tempfile
@@ -51,6 +53,25 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+
+
+def csv_cell(v: Any) -> str:
+    """A CSV cell: floats in shortest round-trip form (the file reproduces float64 exactly), None empty."""
+    if v is None:
+        return ""
+    if isinstance(v, (float, np.floating)):
+        return repr(float(v))
+    return str(v)
+
+
+def csv_table(rows: list[dict[str, Any]], fields: list[str]) -> str:
+    """CSV text of ``rows`` (dicts) with columns ``fields``, formatted by :func:`csv_cell`."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(fields)
+    for r in rows:
+        w.writerow([csv_cell(r.get(f)) for f in fields])
+    return buf.getvalue()
 
 
 def write_h5(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict[str, Any]) -> None:

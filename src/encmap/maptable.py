@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from .io import csv_cell
 from .validation import EncmapError
 
 #: Metadata fields a map can be coloured by, in column order.
@@ -47,14 +48,6 @@ def field_values(record: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _cell(v: Any) -> str:
-    if v is None:
-        return ""
-    if isinstance(v, float):
-        return repr(v)  # shortest round-trip form: the CSV reproduces the float64 exactly
-    return str(v)
-
-
 def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict]) -> str:
     """``encoder,x,y,<every field>``: one row per encoder, in the order given."""
     buf = io.StringIO()
@@ -62,7 +55,7 @@ def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict]) 
     w.writerow(["encoder", "x", "y", *FIELDS])
     for e, (x, y), r in zip(ids, np.asarray(coords, dtype=np.float64), records):
         vals = field_values(r)
-        w.writerow([e, _cell(float(x)), _cell(float(y)), *(_cell(vals[f]) for f in FIELDS)])
+        w.writerow([e, csv_cell(float(x)), csv_cell(float(y)), *(csv_cell(vals[f]) for f in FIELDS)])
     return buf.getvalue()
 
 
@@ -78,7 +71,7 @@ def neighbours_csv(ids: Sequence[str], idx: np.ndarray, dist: np.ndarray, metric
     w.writerow(["encoder", "rank", "neighbour", "distance", "metric"])
     for i, e in enumerate(ids):
         for r, (j, d) in enumerate(zip(idx[i], dist[i]), start=1):
-            w.writerow([e, r, names[j], _cell(float(d)), metric])
+            w.writerow([e, r, names[j], csv_cell(float(d)), metric])
     return buf.getvalue()
 
 

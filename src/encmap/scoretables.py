@@ -117,8 +117,6 @@ def mteb_scores(results: str | Path, models: dict[str, str], split: str = "test"
 
 def score_table_text(rows: list[dict[str, object]]) -> str:
     """``encoder,task,score`` CSV text."""
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=["encoder", "task", "score"], lineterminator="\n")
-    w.writeheader()
-    w.writerows({**r, "score": f"{r['score']:.6g}"} for r in rows)
-    return buf.getvalue()
+    from .io import csv_table
+
+    return csv_table(rows, ["encoder", "task", "score"])

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..config import LAYOUT, load_params, validate_params
-from ..io import atomic_write_text, read_h5
+from ..io import atomic_write_text, csv_table, read_h5
 from ..validation import EncmapError, check_id
 from .common import read_feature_matrix
 
@@ -160,9 +160,9 @@ def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs
     pred = predict_scores(regressors, F_new, attrs)
     table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
              for i, e in enumerate(ids)}
-    lines = ["encoder,task,regressor,predicted"] + [f"{e},{t},{reg},{v:.6g}" for e, by_t in table.items()
-                                                    for t, by_reg in by_t.items() for reg, v in by_reg.items()]
-    atomic_write_text(out / "scores.csv", "\n".join(lines) + "\n")
+    rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v} for e, by_t in table.items()
+            for t, by_reg in by_t.items() for reg, v in by_reg.items()]
+    atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted"]))
     return table
 
 

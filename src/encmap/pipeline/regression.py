@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from pathlib import Path
 from typing import Any
@@ -11,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..io import atomic_write_json, atomic_write_text
+from ..io import atomic_write_json, atomic_write_text, csv_table
 from ..scoretables import read_groups, read_score_table
 from ..validation import EncmapError
 from .common import read_feature_matrix, rounded
@@ -50,21 +48,12 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y}
 
 
-def _csv(rows: list[dict[str, Any]], fields: list[str]) -> str:
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
-    w.writeheader()
-    for r in rows:
-        w.writerow({k: (f"{v:.6g}" if isinstance(v, float) else v) for k, v in r.items()})
-    return buf.getvalue()
-
-
 TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:
     """The regression table as CSV text."""
-    return _csv(rows, TABLE_FIELDS)
+    return csv_table(rows, TABLE_FIELDS)
 
 
 def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any]) -> None:
@@ -89,9 +78,9 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     score_rows = [{"encoder": e, "model": g} | {t: res["Y"][i, j] for j, t in enumerate(tasks)}
                   for i, (e, g) in enumerate(zip(ids, groups))]
     atomic_write_text(out["table"], table_text(res["rows"]))
-    atomic_write_text(out["predictions"], _csv(pred_rows, ["encoder", "model", "task", "protocol", "features",
+    atomic_write_text(out["predictions"], csv_table(pred_rows, ["encoder", "model", "task", "protocol", "features",
                                                            "regressor", "actual", "predicted"]))
-    atomic_write_text(out["scores"], _csv(score_rows, ["encoder", "model", *tasks]))
+    atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
     draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
     from ..io import atomic_path
 

@@ -297,15 +297,9 @@ def _stitch_row(a: str, b: str, method: str, depth: int | None, res: dict, fp: d
 
 def stitch_csv(rows: list[dict]) -> str:
     """The stitch table as CSV (floats in shortest round-trip form, empty where not applicable)."""
-    import csv
-    import io
+    from ..io import csv_table
 
-    buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
-    w.writerow(STITCH_COLUMNS)
-    for r in rows:
-        w.writerow(["" if r[c] is None else (repr(r[c]) if isinstance(r[c], float) else r[c]) for c in STITCH_COLUMNS])
-    return buf.getvalue()
+    return csv_table(rows, list(STITCH_COLUMNS))
 
 
 def _stitch_label(method: str, depth: int | None) -> str:
