@@ -63,17 +63,18 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     tasks = built["tasks"]
     texts = sorted({t for task in tasks.values() for t in task_texts(task)})
     rows = {t: i for i, t in enumerate(texts)}
-    res = embed_model(model, spec, texts, resolve_device(device), threads=threads, degenerate=degenerate,
-                      fit_texts=read_sentences(sentences))
+    dev, probes = resolve_device(device), read_sentences(sentences)
+
+    def embed(some: list[str]):
+        return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
+
+    res = embed(texts)
     online = {}
     if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
         from ..mtebrun import mteb_tasks, run_mteb
 
-        probes = read_sentences(sentences)
         online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
-                          lambda t: embed_model(model, spec, t, resolve_device(device), threads=threads,
-                                                degenerate=degenerate, fit_texts=probes).arrays,
-                          split=evaluate["mteb"]["split"])
+                          lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
     tasks_sha = file_sha256(tasks_path)
     results = {}
     with threadpool_limits(threads):
