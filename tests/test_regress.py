@@ -84,6 +84,21 @@ def test_same_seed_same_predictions(synthetic):
     assert np.array_equal(a, cross_predict("elasticnet", F, y, g, splits, "random", PARAMS, 0))
 
 
+def test_a_value_missing_only_in_the_held_out_model_is_imputed():
+    """Baselines: the one model whose parameter count is unknown is held out in its fold, so the
+    training rows have no missing value but the predicted rows do."""
+    rng = np.random.default_rng(3)
+    groups = np.repeat(["a", "b", "c", "d"], 3)
+    recs = records(12, groups)
+    for i, r in enumerate(recs):
+        r["meta"]["parameters"] = None if groups[i] == "a" else 1000 * (1 + i)
+    y = rng.standard_normal(12)
+    rows, _ = regression_table(rng.standard_normal((12, 20)), y[:, None], ["t"], groups, recs,
+                               PARAMS | {"inner_folds": 2}, 0)
+    r = table(rows, protocol="grouped", features="parameters")[0]
+    assert r["folds"] == 4 and np.isfinite(r["mae"])
+
+
 def test_fewer_than_three_groups_is_an_error():
     with pytest.raises(EncmapError, match="at least 3 groups .* got 2"):
         outer_splits(np.array(["a", "a", "b", "b"]), "grouped", PARAMS, 0)

@@ -89,7 +89,7 @@ def leading_columns(X: np.ndarray, k: int = 1) -> np.ndarray:
 
 
 def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, Any], random_state: int,
-                   n_jobs: int | None = None):
+                   n_jobs: int | None = None, impute: bool = False):
     """The pipeline of regressor ``name`` for training rows ``X`` (n, p), or the mean for ``mean``.
 
     Unsupervised steps (impute missing values with an indicator column, standardise, and for
@@ -97,6 +97,8 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     supervised choices (α, l1_ratio, how many components) are made by the inner CV (the
     ``search`` step, a GridSearchCV). The PCA sizes tried are ``params['pca_dims']`` capped at
     what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
+    ``impute``: the feature matrix has missing values somewhere (decided on all rows, not these:
+    a held-out model may be the only one with a missing value).
     """
     from sklearn.decomposition import PCA
     from sklearn.dummy import DummyRegressor
@@ -110,7 +112,7 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
         return DummyRegressor(strategy="mean")
     n, p = X.shape
     head = []
-    if np.isnan(X).any():  # baselines only (no layer, unknown size): keep_empty_features keeps shapes
+    if impute:  # baselines with missing values (no layer, unknown size); empty columns are kept (as 0)
         head.append(("impute", SimpleImputer(strategy="mean", add_indicator=True, keep_empty_features=True)))
         p += int(np.isnan(X).any(axis=0).sum())
     head.append(("scale", StandardScaler()))
@@ -133,11 +135,12 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
 
 
 def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, protocol: str,
-                  params: dict[str, Any], random_state: int, n_jobs: int | None = None):
+                  params: dict[str, Any], random_state: int, n_jobs: int | None = None, impute: bool = False):
     """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
     from sklearn.exceptions import ConvergenceWarning
 
-    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, n_jobs)
+    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, n_jobs,
+                         impute)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)
@@ -148,8 +151,9 @@ def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, s
                   params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> np.ndarray:
     """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits``."""
     pred = np.full(len(y), np.nan)
+    impute = bool(np.isnan(X).any())
     for train, test in splits:
-        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, n_jobs)
+        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, n_jobs, impute)
         pred[test] = est.predict(X[test])
     return pred
 
