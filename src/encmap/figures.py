@@ -160,11 +160,10 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
             if vals:
                 lo, hi = min(vals), max(vals)
                 ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="grey")
-            ax.set_title(f"{task} — {prot} CV", fontsize=9)
+            ax.set_title(f"{task}: {prot} CV, {features} features", fontsize=9)
             ax.set_xlabel("actual", fontsize=8)
             ax.set_ylabel("predicted", fontsize=8)
             ax.tick_params(labelsize=7)
             if sel:
                 ax.legend(fontsize=6, loc="best")
-    fig.suptitle(f"Out-of-fold predictions from the {features} features", fontsize=10)
     _save(fig, png, svg)
