@@ -119,7 +119,7 @@ def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
         d.mkdir(parents=True)
         for i, r in enumerate(recs):
             if r["model"] == g:
-                (d / f"{r['id']}.json").write_text(json.dumps({"encoder_id": r["id"], "tasks": {
+                (d / f"{r['id']}.json").write_text(json.dumps({"encoder_id": r["id"], "sentences_sha256": "x", "tasks": {
                     "lee": {"main_score": float(F[i, 0])}, "polarity": {"main_score": float(F[i, 1])}}}))
         dirs.append(str(d))
     return str(root / "qre.h5"), dirs
@@ -142,6 +142,14 @@ def test_regress_step_and_bad_score_tables(tmp_path):
         with pytest.raises(EncmapError, match=match):
             regress_step(features, dirs, out, regress=PARAMS | {"score_tables": [{"path": str(bad), "tasks": ["mine"]}]})
         assert not (tmp_path / "out").exists()
+    # Scores made against another sentence set than the features: refused, nothing written.
+    stale = Path(dirs[0]) / "e0.json"
+    good_text = stale.read_text()
+    stale.write_text(good_text.replace('"sentences_sha256": "x"', '"sentences_sha256": "other"'))
+    with pytest.raises(EncmapError, match="e0.json: scored against another sentence set"):
+        regress_step(features, dirs, out, regress=PARAMS)
+    assert not (tmp_path / "out").exists()
+    stale.write_text(good_text)
     # A user table adds a target; every output is written.
     good = tmp_path / "good.csv"
     good.write_text("encoder,task,score\n" + "".join(f"e{i},mine,{i % 3}\n" for i in range(12)))

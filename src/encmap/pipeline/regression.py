@@ -9,14 +9,18 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..io import atomic_write_json, atomic_write_text, csv_table
+from ..io import atomic_path, atomic_write_json, atomic_write_text, csv_table
 from ..scoretables import read_groups, read_score_table
 from ..validation import EncmapError
 from .common import read_feature_matrix, rounded
 
 
-def read_eval_scores(eval_dirs: list[str]) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks."""
+def read_eval_scores(eval_dirs: list[str], sentences_sha256: str) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks.
+
+    Every result must come from the sentence set the features were computed on (its probe
+    sentences were removed from the tasks); a stale one is an error naming its file.
+    """
     scores: dict[str, dict[str, float]] = {}
     tasks: list[str] = []
     for d in eval_dirs:
@@ -25,6 +29,10 @@ def read_eval_scores(eval_dirs: list[str]) -> tuple[dict[str, dict[str, float]],
             raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
         for f in files:
             r = json.loads(f.read_text(encoding="utf-8"))
+            if r.get("sentences_sha256") != sentences_sha256:
+                raise EncmapError(f"{f}: scored against another sentence set than the features "
+                                  f"({str(r.get('sentences_sha256'))[:12]}… vs {sentences_sha256[:12]}…); "
+                                  "rerun the 'evaluate' rule for this model")
             scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
             tasks += [t for t in r["tasks"] if t not in tasks]
     return scores, tasks
@@ -64,7 +72,7 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     from ..regress import fit_final
 
     fm = read_feature_matrix(features)
-    scores, tasks = read_eval_scores(eval_dirs)
+    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"])
     for table in regress["score_tables"]:
         extra = read_score_table(table["path"], fm["ids"], table["tasks"])
         for e, s in extra.items():
@@ -82,8 +90,6 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
                                                            "regressor", "actual", "predicted"]))
     atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
     draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
-    from ..io import atomic_path
-
     with atomic_path(out["regressors"]) as tmp:
         joblib.dump({"tasks": tasks, "regressors": final, "encoder_ids": ids,
                      "sentences_sha256": fm["attrs"]["sentences_sha256"], "eps": float(fm["attrs"]["eps"]),
