@@ -103,7 +103,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
             "lsa": {"backend": "classical", "method": "tfidf-svd", "dims": [8, 16], "seed": 0,
                     "tfidf": TFIDF, "svd": {"algorithm": "arpack", "n_iter": 5},
                     "meta": meta | {"kind": "classical"}},
-            "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "seed": 0, **out,
+            "gauss": {"backend": "control", "method": "gaussian", "dim": 16, "rank": None, "seed": 0, **out,
                       "meta": meta | {"kind": "control"}},
         },
         "pip": {"tol": 1e-12, "dense_max_n": 500, "center": False, "normalize_rows": False},

@@ -427,8 +427,8 @@ def test_classical_and_control(tiny_bert):
     st = models.embed_model("st", {"backend": "classical", "method": "static", "source": f"path:{tiny_bert}",
                                    "revision": None, "seed": 0, **out}, texts)
     assert st.arrays["st__out"].shape == (60, 32) and "weights_sha256" in st.provenance
-    g1 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1, **out}, texts)
-    g2 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "seed": 1, **out}, texts)
+    g1 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
+    g2 = models.embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
     assert np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
 
 

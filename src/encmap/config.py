@@ -183,6 +183,9 @@ def check_model_spec(model: str, spec: dict) -> None:
     if spec["backend"] == "control" and any(k >= spec["dim"] for k in dims):
         raise EncmapError(f"model {model!r}: dims {dims} must all be below the output width dim: {spec['dim']} "
                           "(a truncation to the full width duplicates the output)")
+    if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
+        raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "
+                          "(null for full rank)")
     if spec["backend"] == "classical" and spec.get("method") == "tfidf-svd":
         lo, hi = spec["tfidf"]["ngram_range"]
         if lo > hi:
