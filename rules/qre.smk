@@ -2,6 +2,7 @@
 rule features:
     input:
         LAYOUT["pip"],
+        "results/embeddings/{model}",  # U is derived from them (the PIP artifact stores no U)
     output:
         LAYOUT["features"],
     params:

@@ -8,6 +8,7 @@ rule pairwise:
     input:
         features="results/features/qre.h5",
         pips=PIPS,
+        embeddings=expand("results/embeddings/{model}", model=MODELS),  # U derived from them
     output:
         qre=update("results/similarity/qre_pairwise.h5"),
         cka=update("results/similarity/cka.h5"),

@@ -306,6 +306,7 @@ def test_map_page_in_headless_chromium(tmp_path):
 def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
     """A run's embeddings, PIPs and gathered features, built from random embeddings through the real maths."""
     from encmap.io import write_h5
+    from encmap.pipeline.backbone import pip_step
     from encmap.qre import qre_features, qre_to_base
     from encmap.spectrum import factor_pip
 
@@ -313,13 +314,13 @@ def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
     F, ids, recs, pips = [], [], [], []
     for i in range(m):
         rec = record(i, f"m{i % 3}", i % 2, "mean", kind="control" if i == 0 else "pretrained")
-        E = rng.normal(size=(n, 4 + i))
+        E = rng.normal(size=(n, 4 + i)).astype(np.float32).astype(np.float64)  # as stored
         s = factor_pip(E)
-        write_h5(root / f"results/embeddings/{rec['model']}/{rec['id']}.h5", {"embeddings": E.astype(np.float32)},
+        emb_dir = root / f"results/embeddings/{rec['model']}"
+        write_h5(emb_dir / f"{rec['id']}.h5", {"embeddings": E.astype(np.float32)},
                  {"sentences_sha256": sha, "encoder_id": rec["id"]})
         pip = root / f"results/pip/{rec['model']}/{rec['id']}.h5"
-        write_h5(pip, {"U": s.U, "lam": s.lam}, {"trace": s.trace, "sentences_sha256": sha, "center": False,
-                                                 "normalize_rows": False, "tol": 1e-12})
+        pip_step(str(emb_dir), rec["id"], str(pip), tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
         F.append(qre_features(s))
         ids.append(rec["id"])
         recs.append(json.dumps(rec))

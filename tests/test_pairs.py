@@ -169,6 +169,7 @@ def _rewrite_encoder(run: dict, i: int, seed: int) -> None:
     import h5py
 
     from encmap.io import write_h5
+    from encmap.pipeline.backbone import pip_step
 
     emb = sorted(f for d in run["embeddings"] for f in __import__("pathlib").Path(d).glob("*.h5"))[i]
     with h5py.File(emb, "r") as f:
@@ -176,10 +177,7 @@ def _rewrite_encoder(run: dict, i: int, seed: int) -> None:
     E = np.random.default_rng(seed).normal(size=(30, d))
     write_h5(emb, {"embeddings": E.astype(np.float32)}, attrs)
     pip = next(p for p in run["pips"] if p.endswith("/" + emb.name))
-    s = factor_pip(E)
-    with h5py.File(pip, "r") as f:
-        attrs = dict(f.attrs)
-    write_h5(pip, {"U": s.U, "lam": s.lam}, attrs | {"trace": s.trace})
+    pip_step(str(emb.parent), emb.stem, pip, tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
 
 
 def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):

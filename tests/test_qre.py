@@ -252,3 +252,69 @@ def test_centring_and_row_normalising_before_the_pip():
     assert qre_to_base(C, eps=0.0) == pytest.approx(math.log(2))
     with pytest.raises(EncmapError, match="all embeddings are zero after centring"):
         prepare_embeddings(np.ones((4, 3)), center=True, normalize_rows=False)
+
+
+def _emb_file(path, E):
+    from encmap.io import write_h5
+
+    write_h5(path, {"embeddings": E.astype(np.float32)}, {"encoder_id": path.stem, "sentences_sha256": "s" * 64})
+    return path
+
+
+def test_stored_pip_artifact_is_small_and_gives_dense_features_and_pairwise_qre(tmp_path):
+    """Both stored forms (right vectors V when r <= n/20, else the SVD redone on read) cost <= 10% of
+    the embeddings' bytes and give features and pairwise QRE equal to dense n x n references."""
+    import h5py
+
+    from encmap.pairs import pair_measures
+    from encmap.pipeline.backbone import pip_step
+    from encmap.pipeline.spectra import load_spectrum
+
+    rng = np.random.default_rng(11)
+    n, specs, Es = 1500, [], []
+    for d, basis in ((40, "V"), (150, "svd")):
+        # Anisotropic: singular values spread over 4 decades (λ over 8), as real encoders' are.
+        E = (rng.standard_normal((n, d)) * np.logspace(0, -4, d)).astype(np.float32).astype(np.float64)
+        emb = _emb_file(tmp_path / f"emb/e{d}.h5", E)
+        pip = tmp_path / f"pip/e{d}.h5"
+        pip_step(str(emb.parent), emb.stem, str(pip), tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
+        with h5py.File(pip, "r") as f:
+            assert f.attrs["basis"] == basis and "U" not in f and ("V" in f) == (basis == "V")
+        assert pip.stat().st_size <= 0.10 * emb.stat().st_size, (pip.stat().st_size, emb.stat().st_size)
+        s, attrs = load_spectrum(pip)
+        assert s.rank == d and attrs["encoder_id"] == f"e{d}"
+        assert rel(qre_features(s, eps=1e-6), dense_qre_features(E, eps=1e-6)) < 1e-10
+        specs.append(s)
+        Es.append(E)
+    q = pair_measures(specs, eps=1e-6)["qre"]
+    assert rel(q[0, 1], dense_pairwise_qre(Es[0], Es[1], eps=1e-6)) < 1e-10
+    assert rel(q[1, 0], dense_pairwise_qre(Es[1], Es[0], eps=1e-6)) < 1e-10
+
+
+def test_stored_pip_refuses_changed_or_missing_embeddings(tmp_path):
+    from encmap.pipeline.backbone import pip_step
+    from encmap.pipeline.spectra import load_spectrum
+
+    rng = np.random.default_rng(12)
+    emb = _emb_file(tmp_path / "emb/enc-a.h5", rng.standard_normal((50, 6)))
+    pip = tmp_path / "pip/enc-a.h5"
+    pip_step(str(emb.parent), "enc-a", str(pip), tol=1e-12, dense_max_n=0, center=True, normalize_rows=True)
+    before = pip.read_bytes()
+    _emb_file(emb, rng.standard_normal((50, 6)))  # re-embedded: other values
+    with pytest.raises(EncmapError, match=r"pip/enc-a.h5: was factored from other embeddings .*enc-a.h5.*"
+                                          r"rerun the pip stage of encoder 'enc-a'"):
+        load_spectrum(pip)
+    emb.unlink()
+    with pytest.raises(EncmapError, match=r"its embeddings file .*enc-a.h5 is missing"):
+        load_spectrum(pip)
+    assert pip.read_bytes() == before
+
+
+def test_pip_files_of_the_earlier_format_still_read(tmp_path):
+    from encmap.io import write_h5
+    from encmap.pipeline.spectra import load_spectrum
+
+    s = factor_pip(np.random.default_rng(13).standard_normal((20, 5)))
+    write_h5(tmp_path / "old.h5", {"U": s.U, "lam": s.lam}, {"trace": s.trace, "encoder_id": "old"})
+    got, _ = load_spectrum(tmp_path / "old.h5")
+    assert np.array_equal(got.U, s.U) and np.array_equal(got.lam, s.lam)

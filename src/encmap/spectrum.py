@@ -33,11 +33,15 @@ class Spectrum:
         Eigenvalues of ρ, descending, positive, summing to 1.
     trace : float
         tr M = ‖E‖_F² (the scale that ρ removes).
+    V : ndarray, shape (d, r), or None
+        Right singular vectors of E (E = U diag(σ) Vᵀ with σ² = λ tr M), when the factorisation
+        computed them: with E they give U back (:func:`spectrum_from_right_vectors`).
     """
 
     U: np.ndarray
     lam: np.ndarray
     trace: float
+    V: np.ndarray | None = None
 
     @property
     def n(self) -> int:
@@ -91,18 +95,20 @@ def prepare_embeddings(E: np.ndarray, *, center: bool, normalize_rows: bool,
     return A
 
 
-def _truncate(U: np.ndarray, s2: np.ndarray, tol: float) -> Spectrum:
+def _truncate(U: np.ndarray, s2: np.ndarray, tol: float, V: np.ndarray | None = None) -> Spectrum:
     """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum."""
     order = np.argsort(s2)[::-1]
     s2 = s2[order]
     U = U[:, order]
+    V = None if V is None else V[:, order]
     top = s2[0] if s2.size else 0.0
     if not top > 0:
         raise EncmapError("PIP matrix has no positive eigenvalue (trace 0)")
     keep = s2 > tol * top
     s2 = s2[keep]
     trace = float(s2.sum())
-    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / trace, trace=trace)
+    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / trace, trace=trace,
+                    V=None if V is None else np.ascontiguousarray(V[:, keep]))
 
 
 def factor_pip(
@@ -127,7 +133,7 @@ def factor_pip(
     Returns
     -------
     Spectrum
-        U (n x r), λ (r,), tr M.
+        U (n x r), λ (r,), tr M; with ``"svd"`` also V (d x r).
     """
     tol = check_tol(tol)
     A = check_embeddings(E, name)
@@ -135,8 +141,8 @@ def factor_pip(
         method = "svd"
     n, d = A.shape
     if method == "svd":
-        U, s, _ = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
-        return _truncate(U, s * s, tol)
+        U, s, Vt = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+        return _truncate(U, s * s, tol, Vt.T)
     if method != "gram":
         raise EncmapError(f"method must be 'auto', 'svd' or 'gram', got {method!r}")
     if d >= n:
@@ -178,3 +184,32 @@ def spectrum_from_arrays(U: np.ndarray, lam: np.ndarray, trace: float = 1.0) -> 
     if abs(total - 1.0) > 1e-12:  # stored spectra are already normalised; keep their bits
         lam = lam / total
     return Spectrum(U=U, lam=lam, trace=float(trace))
+
+
+def spectrum_from_right_vectors(E: np.ndarray, V: np.ndarray, lam: np.ndarray, trace: float) -> Spectrum:
+    """Rebuild U = E V diag(σ)⁻¹ (σ² = λ tr M) from the embeddings and stored right singular vectors.
+
+    Exact up to rounding: E V = U diag(σ) for the kept directions, so one (n x d) @ (d x r)
+    product replaces a whole SVD. The error of column k is ~ machine ε × σ_max / σ_k
+    (≤ 1e-10 at the default tolerance, far less in practice: the dropped directions are the
+    noise floor, not the kept ones).
+
+    Parameters
+    ----------
+    E : ndarray, shape (n, d)
+        The embeddings exactly as factored (after any centring / row normalising).
+    V : ndarray, shape (d, r)
+    lam : ndarray, shape (r,)
+    trace : float
+
+    Returns
+    -------
+    Spectrum
+    """
+    A = np.asarray(E, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    if A.ndim != 2 or V.ndim != 2 or A.shape[1] != V.shape[0] or V.shape[1] != np.shape(lam)[0]:
+        raise EncmapError(f"factored PIP: embeddings {A.shape}, right vectors {V.shape} and eigenvalues "
+                          f"{np.shape(lam)} do not match")
+    sigma = np.sqrt(np.asarray(lam, dtype=np.float64) * trace)
+    return spectrum_from_arrays(A @ (V / sigma), lam, trace)

@@ -73,25 +73,23 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
 
 def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int, center: bool,
              normalize_rows: bool, threads: int | None = None) -> None:
-    """Factored PIP (U, λ, trace, rank) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``."""
+    """Factored PIP (λ, trace, rank; V when it fits) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``.
+
+    The format (U derived on read from the embeddings) is :mod:`encmap.pipeline.spectra`'s.
+    """
     from threadpoolctl import threadpool_limits
 
     from ..spectrum import factor_pip, prepare_embeddings
+    from .spectra import write_pip
 
     f = encoder_file(emb_dir, encoder, "embeddings")
     data, attrs = read_h5(f, ["embeddings"])
     name = f"encoder {encoder!r} ({f})"
     E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
     with threadpool_limits(threads):  # the job's share of cores when jobs run side by side
-        spec = factor_pip(E, tol=tol, name=name)
-    ds: dict[str, Any] = {"U": spec.U, "lam": spec.lam}
-    if E.shape[0] <= dense_max_n:
-        ds["pip"] = spec.dense_pip()
-    write_h5(out, ds, {k: attrs.get(k, "") for k in CARRIED} | {
-        "n": int(E.shape[0]), "d": int(E.shape[1]), "rank": spec.rank, "trace": spec.trace, "tol": tol,
-        "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__,
-        "note": "rho = U diag(lam) U^T; PIP = trace * rho (of the embeddings after center / normalize_rows)",
-    })
+        spec = factor_pip(E, tol=tol, method="svd", name=name)
+    write_pip(out, spec, f, dense=E.shape[0] <= dense_max_n, attrs={k: attrs.get(k, "") for k in CARRIED} | {
+        "tol": tol, "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__})
 
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
@@ -101,8 +99,8 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
     from ..qre import qre_features, qre_to_base
     from .spectra import load_spectrum
 
-    spec, attrs = load_spectrum(pip_file)
     with threadpool_limits(threads):
+        spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
         feats = qre_features(spec, direction=direction, eps=eps)
         to_base = qre_to_base(spec, direction=direction, eps=eps)
     write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in CARRIED} | {
