@@ -1,9 +1,16 @@
+from pathlib import Path
+
 from encmap.config import LAYOUT, artifact_paths, check_snakemake_config, map_figures, similarity_figures
+from encmap.pipeline.jobs import in_process
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)
 
 MODELS = sorted(config["models"])
+# The per-model and per-encoder rules (embed, pip, features, qre) run their scripts/ adapter in
+# Snakemake's own process (`run:` + force-use-threads in the profiles): a fresh interpreter per
+# job cost ~1 s of CPU, most of the pipeline's time on many small encoders (encmap.pipeline.jobs).
+SCRIPTS = Path(workflow.basedir) / "scripts"
 SET = config["sentences"]["set"]
 SENTENCES = f"data/sentences/{SET}.txt"
 

@@ -7,12 +7,10 @@ rule embed:
         spec=lambda wc: config["models"][wc.model],
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],
-    conda:
-        "../envs/encmap.yaml"
-    threads: 8  # scaled down to --cores; torch uses exactly these
+    threads: 8  # scaled down to --cores: what the job reserves (torch uses its own pool in-process)
     log:
         "logs/embed/{model}.log",
     resources:
         gpu=lambda wc: int(config["models"][wc.model]["backend"] in ("sentence-transformers", "transformers")),
-    script:
-        "../scripts/embed.py"
+    run:
+        in_process(SCRIPTS / "embed.py", input, output, params, wildcards, threads, log, resources)

@@ -9,10 +9,8 @@ rule pip:
         dense_max_n=config["pip"]["dense_max_n"],
         center=config["pip"]["center"],
         normalize_rows=config["pip"]["normalize_rows"],
-    conda:
-        "../envs/encmap.yaml"
-    threads: 2  # BLAS threads of the SVD
+    threads: 1  # in-process jobs run BLAS on one thread each, side by side (encmap.pipeline.jobs)
     log:
         "logs/pip/{model}/{encoder}.log",
-    script:
-        "../scripts/pip.py"
+    run:
+        in_process(SCRIPTS / "pip.py", input, output, params, wildcards, threads, log, resources)

@@ -8,13 +8,11 @@ rule features:
     params:
         direction=config["qre"]["direction"],
         eps=config["qre"]["eps"],
-    conda:
-        "../envs/encmap.yaml"
     threads: 1
     log:
         "logs/features/{model}/{encoder}.log",
-    script:
-        "../scripts/features.py"
+    run:
+        in_process(SCRIPTS / "features.py", input, output, params, wildcards, threads, log, resources)
 
 
 rule qre:
@@ -23,9 +21,7 @@ rule qre:
     output:
         features="results/features/qre.h5",
         metrics="results/features/metrics.json",
-    conda:
-        "../envs/encmap.yaml"
     log:
         "logs/qre.log",
-    script:
-        "../scripts/qre.py"
+    run:
+        in_process(SCRIPTS / "qre.py", input, output, params, wildcards, threads, log, resources)

@@ -18,7 +18,7 @@ from .common import EmbeddingResult, library_versions
 from .sources import PACKAGES, cache_dir, resolve_source, weights_sha256
 
 __all__ = ["BACKENDS", "PACKAGES", "EmbeddingResult", "cache_dir", "embed_model", "library_versions",
-           "resolve_source", "weights_sha256"]
+           "model_device", "resolve_source", "weights_sha256"]
 
 #: Backend name in params.yaml -> module of this package that implements ``embed``.
 BACKENDS = {
@@ -31,7 +31,20 @@ BACKENDS = {
     "control": "control",
 }
 
+#: Backends that run on an accelerator; the others compute on the CPU whatever the device says.
+DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
+
 log = logging.getLogger("encmap")
+
+
+def model_device(spec: dict, requested: str) -> str:
+    """The device one model runs on: ``requested`` resolved (cuda > mps > cpu) for the backends
+    in :data:`DEVICE_BACKENDS`, else "cpu" without importing torch (3 s per job that needs none)."""
+    if spec["backend"] not in DEVICE_BACKENDS:
+        return "cpu"
+    from ..device import resolve_device
+
+    return resolve_device(requested)
 
 
 def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,

@@ -42,12 +42,11 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     Every variant is computed and checked before anything is written, and the directory is
     swapped in whole, so a failing encoder leaves no partial artifact.
     """
-    from ..device import resolve_device
-    from ..models import embed_model, library_versions
+    from ..models import embed_model, library_versions, model_device
     from ..sentences import file_sha256, read_sentences
 
     texts = read_sentences(sentences_path)
-    dev = resolve_device(device)
+    dev = model_device(spec, device)
     res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
     sha = file_sha256(sentences_path)
     libraries = library_versions()  # the same for every variant: look them up once

@@ -50,9 +50,8 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     """
     from threadpoolctl import threadpool_limits
 
-    from ..device import resolve_device
     from ..evaluate import evaluate_task
-    from ..models import embed_model
+    from ..models import embed_model, model_device
     from ..sentences import file_sha256, read_sentences
     from ..tasks import task_texts
 
@@ -63,7 +62,7 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     tasks = built["tasks"]
     texts = sorted({t for task in tasks.values() for t in task_texts(task)})
     rows = {t: i for i, t in enumerate(texts)}
-    dev, probes = resolve_device(device), read_sentences(sentences)
+    dev, probes = model_device(spec, device), read_sentences(sentences)
 
     def embed(some: list[str]):
         return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)

@@ -75,11 +75,10 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     """
     from threadpoolctl import threadpool_limits
 
-    from ..device import resolve_device
     from ..map import TSNEMap, feature_distances, nearest_neighbours, place_on_map, symmetrised_qre
     from ..mappage import page_data, render_page
     from ..maptable import FIELDS, coords_csv, neighbours_csv
-    from ..models import embed_model
+    from ..models import embed_model, model_device
     from ..qre import pairwise_qre_matrix, qre_features
     from ..sentences import file_sha256, read_sentences
     from ..spectrum import factor_pip, prepare_embeddings
@@ -108,7 +107,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     eps, direction = float(fm["attrs"]["eps"]), str(fm["attrs"]["direction"])
 
     texts = read_sentences(sentences)
-    res = embed_model(model, spec, texts, resolve_device(device), threads=threads, degenerate="error")
+    res = embed_model(model, spec, texts, model_device(spec, device), threads=threads, degenerate="error")
     ids, feats, records, spectra = [], [], [], []
     with threadpool_limits(threads):
         for v in res.variants:
