@@ -15,11 +15,15 @@ rule pairwise:
         timing="results/similarity/qre_pairwise.timing.json",
     params:
         eps=config["qre"]["eps"],
+        device=config["pairwise"]["device"],
+        block_columns=config["pairwise"]["block_columns"],
     conda:
         "../envs/encmap.yaml"
     threads: 8  # BLAS threads of the U_i^T U_j products (capped at --cores locally)
     log:
         "logs/pairwise.log",
+    resources:
+        gpu=int(config["pairwise"]["device"] not in ("cpu", "mps")),  # the block GEMMs run on a GPU if there is one
     script:
         "../scripts/pairwise.py"
 

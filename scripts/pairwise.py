@@ -5,4 +5,4 @@ from encmap.pipeline.similarity import pairwise_step
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 pairwise_step(s.input.features, list(s.input.pips), s.output.qre, s.output.cka, s.output.timing, eps=s.params.eps,
-              threads=s.threads)
+              device=s.params.device, block_columns=s.params.block_columns, threads=s.threads)

@@ -108,6 +108,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
         },
         "pip": {"tol": 1e-12, "dense_max_n": 500, "center": False, "normalize_rows": False},
         "qre": {"direction": "forward", "eps": 1e-6},
+        "pairwise": {"device": "cpu", "block_columns": 4096},
         # 11 encoders: perplexity <= (11 - 1)/3.
         "map": {"metric": "manhattan", "perplexity": 3, "pca_dims": 0, "n_iter": 300, "early_exaggeration_iter": 100,
                 "init": "auto", "seed": 0, "neighbours": 3, "trustworthiness_k": 3, "fields": ["model", "kind", "layer"]},

@@ -263,3 +263,34 @@ def test_stitch_step_refuses_embeddings_of_another_sentence_set(tmp_path):
     with pytest.raises(EncmapError, match=r"no embeddings directory of model 'm2'"):
         stitch_step(run["features"], run["embeddings"][:2], s, params=SIM)
     assert not (tmp_path / "a/sim").exists()
+
+
+@pytest.mark.parametrize("eps", [1e-6, 0.0])
+def test_blocked_products_equal_one_product_per_pair_and_dense(eps):
+    """Blocks of any size (one encoder each, a few, all), NumPy or torch, a full or partial ``todo``:
+    the same matrices as the dense n x n references, in both directions."""
+    Es = _encoders(n=50, dims=(3, 8, 20, 5, 11), seed=4)
+    specs = [factor_pip(E) for E in Es]
+    m = len(specs)
+    todo = np.zeros((m, m), bool)
+    todo[1, [2, 4]] = todo[0, 3] = True
+    ref = pair_measures(specs, eps=eps, block_columns=10**6)
+    for cols in (1, 12, 30):
+        for device in (None, "cpu"):
+            got = pair_measures(specs, eps=eps, block_columns=cols, device=device)
+            part = pair_measures(specs, eps=eps, block_columns=cols, device=device, todo=todo)
+            for k in ("qre", "cka", "cka_debiased"):
+                assert np.allclose(got[k], ref[k], rtol=1e-12, atol=0), (k, cols, device)
+                known = ~np.isnan(part[k])
+                assert known.sum() == m + 6 and np.allclose(part[k][known], ref[k][known], rtol=1e-12, atol=0)
+    for i in range(m):
+        for j in range(m):
+            if i != j and (eps > 0 or np.isfinite(ref["qre"][i, j])):
+                assert ref["qre"][i, j] == pytest.approx(dense_pairwise_qre(Es[i], Es[j], eps=eps), rel=1e-9)
+
+
+def test_blocks_partition_by_columns():
+    from encmap.pairs import blocks
+
+    assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 12)] == [[0, 1], [2], [3], [4]]
+    assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 100)] == [[0, 1, 2, 3, 4]]

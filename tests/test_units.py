@@ -222,7 +222,7 @@ def test_each_stage_lists_the_params_its_rule_reads():
     stages = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     params = {name: (st.get("do") or st).get("params", []) for name, st in stages.items()}
     assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed"], "pip": ["pip"],
-                      "features": ["qre"], "qre": [], "pairwise": ["qre.eps"], "stitch": ["similarity"],
+                      "features": ["qre"], "qre": [], "pairwise": ["qre.eps", "pairwise"], "stitch": ["similarity"],
                       "compare": [], "map": ["map"],
                       "tasks": ["evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],

@@ -34,17 +34,25 @@ def _stale(path: str, what: str, e: str) -> EncmapError:
 
 
 def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: str, timing: str, *, eps: float,
-                  threads: int | None = None) -> None:
+                  device: str = "cpu", block_columns: int = 4096, threads: int | None = None) -> None:
     """Exact S(ρ_i‖ρ_j) and linear CKA between every two encoders on the map, from their stored PIPs.
 
     Writes ``out_qre`` (``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε)), ``out_cka`` (``cka``,
     ``cka_debiased`` (m, m)), both with ``encoder_ids`` and the PIP files' ``fingerprints``, and
     ``timing`` (JSON: seconds, pairs computed and reused, FLOP), kept apart so the matrices
     reproduce byte for byte. Pairs of unchanged encoders are taken from the previous outputs.
+    ``device``: "auto" / "cuda[:k]" run the block GEMMs on a GPU when there is one (torch,
+    float64); otherwise NumPy/BLAS on ``threads`` cores (MPS has no float64).
     """
     from threadpoolctl import threadpool_limits
 
     from ..pairs import MEASURES, pair_flop, pair_measures
+
+    dev = "cpu"
+    if device != "cpu":
+        from ..device import resolve_device
+
+        dev = resolve_device(device)
 
     fm = read_feature_matrix(features)
     sha, ids = fm["attrs"]["sentences_sha256"], fm["ids"]
@@ -71,7 +79,8 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     todo, filled = reuse_pairs(idx, np.ones((m, m), bool), stored)
     t0 = time.perf_counter()
     with threadpool_limits(threads):
-        res = pair_measures(specs, eps=eps, todo=todo)
+        res = pair_measures(specs, eps=eps, todo=todo, block_columns=block_columns,
+                            device=dev if dev.startswith("cuda") else None)
     seconds = time.perf_counter() - t0
     for k in MEASURES:
         if k in filled:
@@ -87,7 +96,8 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     computed = int(todo.sum())
     atomic_write_json(timing, {"pairwise_seconds": round(seconds, 3), "pairs": m * (m - 1) // 2,
                                "pairs_computed": computed, "pairs_reused": m * (m - 1) // 2 - computed,
-                               "gflop": round(flop / 1e9, 3),
+                               "gflop": round(flop / 1e9, 3), "device": dev if dev.startswith("cuda") else "cpu",
+                               "block_columns": block_columns,
                                "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2) if computed else None})
 
 
