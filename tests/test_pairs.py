@@ -294,3 +294,19 @@ def test_blocks_partition_by_columns():
 
     assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 12)] == [[0, 1], [2], [3], [4]]
     assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 100)] == [[0, 1, 2, 3, 4]]
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+@pytest.mark.skipif(not _cuda(), reason="no CUDA device (run on a GPU machine)")
+def test_cuda_route_equals_numpy():
+    specs = [factor_pip(E) for E in _encoders(n=300, dims=(30, 80, 200, 50), seed=5)]
+    ref = pair_measures(specs, eps=1e-6)
+    for cols in (1, 100, 4096):
+        got = pair_measures(specs, eps=1e-6, block_columns=cols, device="cuda")
+        for k in ("qre", "cka", "cka_debiased"):
+            assert np.allclose(got[k], ref[k], rtol=1e-12, atol=0), (k, cols)
