@@ -153,7 +153,7 @@ def main() -> None:
     # the method's floor directly.
     scale_m, scale_n = METHOD_M / m, METHOD_N / n
     floor_h = flo["wall_s"] * scale_m * scale_n / 3600
-    over_h = over_job * jobs * scale_m / 3600
+    over_h = max(over_job, 0.0) * jobs * scale_m / 3600
     res["extrapolated"] = {"floor_h": floor_h, "overhead_h": over_h, "pipeline_h": floor_h + over_h,
                            "embeddings_gb": per["embeddings"] * METHOD_M * scale_n / 1e9,
                            "pip_gb": per["pip"] * METHOD_M * scale_n / 1e9,
@@ -161,7 +161,8 @@ def main() -> None:
     x = res["extrapolated"]
     print(f"  extrapolated to {METHOD_M:,} encoders x {METHOD_N:,} sentences on this machine"
           f"{'' if n == METHOD_N else ' (floor scaled linearly in n: run at n = 10,000 for a measured one)'}: "
-          f"floor {floor_h:.2f} h + overhead {over_h:.2f} h = {floor_h + over_h:.2f} h; "
+          f"floor {floor_h:.2f} h + job overhead {over_h:.2f} h = {floor_h + over_h:.2f} h "
+          f"(the pipeline itself, scaled: {pipe['wall_s'] * scale_m * scale_n / 3600:.2f} h); "
           f"{x['sbatch_jobs']:,} jobs; disk {x['embeddings_gb']:.1f} GB embeddings + {x['pip_gb']:.1f} GB PIP")
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2) + "\n")

@@ -48,7 +48,8 @@ def test_pair_measures_compute_only_the_pairs_asked():
     for k in ("qre", "cka", "cka_debiased"):
         known = ~np.isnan(part[k])
         assert known.sum() == 4 + 2  # the diagonal and the pair (1, 3) both ways
-        assert np.array_equal(part[k][known], full[k][known])
+        # Other blocks, other summation order of the segment sums: equal up to rounding.
+        assert np.allclose(part[k][known], full[k][known], rtol=1e-13, atol=0)
     # 2 n r_1 r_3 FLOP for the one product U_1^T U_3.
     assert pair_flop([s.rank for s in specs], 60, todo) == 2 * 60 * specs[1].rank * specs[3].rank
 

@@ -269,7 +269,7 @@ def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
+def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatch):
     # 6 encoders (tiny-st's layer 2 and output, tiny-rand, lsa x 2, gauss): every stage kind,
     # fewer jobs per `dvc repro` / `dvc exp run`.
     params = tiny_params(tiny_bert, user_file)
@@ -337,13 +337,20 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file):
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
-    # 2. Push to a directory remote; a fresh clone + pull is byte-identical and up to date.
-    remote = tmp_path / "remote"
-    run(f"dvc remote add -d store {remote} && git add -A && git commit -qm remote && dvc push -q", proj)
-    clone = tmp_path / "clone"
-    run(f"git clone -q {proj} {clone}", tmp_path)
-    (clone / "vendor").symlink_to(REPO / "vendor")  # install.sh's sentence sources (not in git)
-    run("dvc pull -q", clone)
+    # 2. Push to an SSH remote (dvc-ssh; an SFTP server on loopback with a throwaway key, host
+    # key checked against known_hosts); a fresh clone + pull is byte-identical and up to date.
+    from sshd import sftp_server
+
+    with sftp_server(tmp_path / "home") as sshd:
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        key = f"dvc remote modify --local store keyfile {sshd['keyfile']}"  # the key stays out of git
+        run(f"dvc remote add -d store {sshd['url_prefix']}{tmp_path}/remote && {key} && git add -A "
+            "&& git commit -qm remote && dvc push -q", proj)
+        assert (tmp_path / "remote/files/md5").is_dir()
+        clone = tmp_path / "clone"
+        run(f"git clone -q {proj} {clone}", tmp_path)
+        (clone / "vendor").symlink_to(REPO / "vendor")  # install.sh's sentence sources (not in git)
+        run(f"{key} && dvc pull -q", clone)
     assert tree_hashes(clone, *ARTIFACTS) == h1
     status = run("dvc status", clone).stdout
     assert "up to date" in status, status

@@ -71,6 +71,7 @@ class _Backend:
         self.device = device
         self.torch = None
         self.cache: dict[int, object] = {}
+        self.last: tuple = (None, None)
         self.cache_bytes = cache_bytes
         if device is not None:
             import torch
@@ -78,27 +79,63 @@ class _Backend:
             self.torch = torch
 
     def asarray(self, x: np.ndarray):
+        x = np.ascontiguousarray(x, dtype=np.float64)
         if self.torch is None:
-            return np.ascontiguousarray(x, dtype=np.float64)
-        return self.torch.as_tensor(np.ascontiguousarray(x, dtype=np.float64), device=self.device)
+            return x
+        t = self.torch.from_numpy(x)
+        if x.nbytes > 1 << 20 and self.device.startswith("cuda"):
+            t = t.pin_memory()  # a DMA from page-locked memory runs several times faster than from pageable
+        return t.to(self.device)
 
     def numpy(self, x) -> np.ndarray:
         return x if self.torch is None else x.cpu().numpy()
 
     def stack(self, idx: Sequence[int], specs: Sequence[Spectrum]):
-        """The columns of U_i for i in ``idx``, side by side: one n x R block on the device."""
+        """The columns of U_i for i in ``idx``, side by side: one n x R block on the device.
+
+        NumPy: a block recurs in every block pair of its row and column, so whole blocks are
+        kept while they fit ``cache_bytes`` (else rebuilt per pair: a copy, ~1/R of its GEMM).
+        """
         if self.torch is None:
-            return np.concatenate([specs[i].U for i in idx], axis=1)
-        parts = []
-        for i in idx:
-            t = self.cache.get(i)
-            if t is None:
-                t = self.asarray(specs[i].U)
-                if self.cache_bytes >= t.numel() * 8:
-                    self.cache[i] = t
-                    self.cache_bytes -= t.numel() * 8
-            parts.append(t)
-        return self.torch.cat(parts, dim=1)
+            key = tuple(int(i) for i in idx)
+            W = self.cache.get(key)
+            if W is None:
+                W = np.concatenate([specs[i].U for i in idx], axis=1)
+                if self.cache_bytes >= W.nbytes:
+                    self.cache[key] = W
+                    self.cache_bytes -= W.nbytes
+            return W
+        return self.torch.cat([self.device_u(i, specs[i].U) for i in idx], dim=1)
+
+    def device_u(self, i: int, U: np.ndarray):
+        """Encoder i's U on the device, uploaded once while the cache has room."""
+        t = self.cache.get(i)
+        if t is None:
+            t = self.asarray(U)
+            if self.cache_bytes >= t.numel() * 8:
+                self.cache[i] = t
+                self.cache_bytes -= t.numel() * 8
+        return t
+
+    def cka_factor(self, i: int, spec: Spectrum) -> CKAFactor:
+        """:class:`CKAFactor` of encoder i; its O(n r) column sums and row norms on the GPU when there is one."""
+        if self.torch is None:
+            return CKAFactor(spec.U, spec.lam)
+        U = self.device_u(i, spec.U)
+        a = U.sum(dim=0)
+        Xc = (U - a / spec.n) * self.asarray(np.sqrt(spec.lam))
+        return CKAFactor(spec.U, spec.lam, a=a.cpu().numpy(), rows=(Xc * Xc).sum(dim=1).cpu().numpy())
+
+    def subtract_outer_and_square(self, G, A, B) -> None:
+        """G <- (G - A Bᵀ)∘(G - A Bᵀ), in place (two passes over G)."""
+        if self.torch is None:
+            from scipy.linalg.blas import dger
+
+            G[...] = dger(-1.0, A, B, a=G.T, overwrite_a=True).T if G.flags.f_contiguous else dger(
+                -1.0, B, A, a=G.T, overwrite_a=True).T
+        else:
+            G.addr_(A, B, alpha=-1.0)
+        G *= G
 
 
 def _segments(idx: Sequence[int], ranks: Sequence[int], values: list[np.ndarray]) -> np.ndarray:
@@ -152,9 +189,9 @@ def pair_measures(specs: Sequence[Spectrum], *, eps: float, todo: np.ndarray | N
         return out
     n = specs[0].n
     prep = {i: PreparedSpectrum(specs[i], eps) for i in need}
-    fac = {i: CKAFactor(specs[i].U, specs[i].lam) for i in need}
     ranks = [s.rank for s in specs]
-    xb = _Backend(device, _device_budget(device))
+    xb = _Backend(device, _cache_budget(device, [specs[i] for i in need]))
+    fac = {i: xb.cka_factor(i, specs[i]) for i in need}
     for a_pos, a in enumerate(blocks(ranks, block_columns)):
         for b in blocks(ranks, block_columns)[a_pos:]:
             sub = todo[np.ix_(a, b)]
@@ -168,10 +205,14 @@ def pair_measures(specs: Sequence[Spectrum], *, eps: float, todo: np.ndarray | N
     return out
 
 
-def _device_budget(device: str | None) -> float:
-    """Bytes of a GPU that may hold cached U's: half of what is free (blocks and G need the rest)."""
-    if device is None or not device.startswith("cuda"):
-        return 0.0
+def _cache_budget(device: str | None, specs: Sequence[Spectrum]) -> float:
+    """Bytes that may hold cached U's or blocks: on a GPU half of what is free (blocks and G need
+    the rest); with NumPy every block (one more copy of the U's) up to 4 GiB."""
+    if device is None:
+        total = sum(s.U.nbytes for s in specs)
+        return float(total) if total <= 4 * 2**30 else 0.0
+    if not device.startswith("cuda"):
+        return float("inf")
     import torch
 
     return 0.5 * torch.cuda.mem_get_info(torch.device(device))[0]
@@ -198,12 +239,12 @@ def _reduce(G, rows: np.ndarray, cols: np.ndarray, todo: np.ndarray, ranks: list
     X = xb.numpy(seg(rows, lambda i: prep[i].mu - prep[i].mu0).T @ (C2 @ seg(cols, lambda j: prep[j].D)))
     Y = xb.numpy(seg(rows, lambda i: prep[i].D).T @ (C2 @ seg(cols, lambda j: prep[j].mu - prep[j].mu0)))
     del C2
-    A = xb.asarray(np.concatenate([fac[i].a for i in rows]))
+    # Σ over i's and j's segments of M∘M, M = (G - A Bᵀ/n)∘(s_a s_bᵀ): the s² weights go into
+    # the segment matrices, (G - A Bᵀ/n)² is formed in G's own memory (G is no longer needed).
+    A = xb.asarray(np.concatenate([fac[i].a for i in rows]) / n)
     B = xb.asarray(np.concatenate([fac[j].a for j in cols]))
-    sa = xb.asarray(np.concatenate([fac[i].s for i in rows]))
-    sb = xb.asarray(np.concatenate([fac[j].s for j in cols]))
-    M = (G - A[:, None] * B[None, :] / n) * sa[:, None] * sb[None, :]
-    Z = xb.numpy(seg(rows, lambda i: 1.0).T @ ((M * M) @ seg(cols, lambda j: 1.0)))
+    xb.subtract_outer_and_square(G, A, B)
+    Z = xb.numpy(seg(rows, lambda i: fac[i].s ** 2).T @ (G @ seg(cols, lambda j: fac[j].s ** 2)))
     for p, q in zip(*np.nonzero(want)):
         i, j = rows[p], cols[q]
         a, b = prep[i], prep[j]

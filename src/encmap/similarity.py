@@ -184,14 +184,22 @@ class CKAFactor:
 
     __slots__ = ("n", "s", "a", "rows", "self_b", "self_u")
 
-    def __init__(self, U: np.ndarray, lam: np.ndarray):
+    def __init__(self, U: np.ndarray, lam: np.ndarray, a: np.ndarray | None = None, rows: np.ndarray | None = None):
+        """``a`` (r,) and ``rows`` (n,), if given, are Uᵀ1 and the centred features' squared row
+        norms computed elsewhere (on a GPU, say); else they are computed here."""
         n = U.shape[0]
         self.n = n
         self.s = np.sqrt(lam)
-        self.a = U.sum(axis=0)
-        Xc = (U - self.a / n) * self.s  # (n, r), centred features
-        self.rows = np.einsum("ij,ij->i", Xc, Xc)
-        self.self_b = float(np.linalg.norm(Xc.T @ Xc) ** 2)
+        self.a = U.sum(axis=0) if a is None else a
+        if rows is None:
+            Xc = (U - self.a / n) * self.s  # (n, r), centred features
+            rows = np.einsum("ij,ij->i", Xc, Xc)
+        self.rows = rows
+        # Xcᵀ Xc = S (UᵀU - a aᵀ/n) S with UᵀU = I (U has orthonormal columns): O(r²), not the
+        # O(n r²) product, which would cost as much as one more pair per encoder.
+        K = np.outer(-self.a * self.s, self.a * self.s) / n
+        K[np.diag_indices_from(K)] += lam
+        self.self_b = float(np.sum(K * K))
         self.self_u = _debiased_hsic(self.self_b, self.rows, self.rows, n)
         if self.self_b <= 0 or self.self_u <= 0:
             raise EncmapError("CKA is undefined for an encoder with no variance across sentences")

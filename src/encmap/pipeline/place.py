@@ -82,6 +82,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from ..qre import pairwise_qre_matrix, qre_features
     from ..sentences import file_sha256, read_sentences
     from ..spectrum import factor_pip, prepare_embeddings
+    from .spectra import as_stored
     from .backbone import encoder_record
 
     root = Path(root)
@@ -109,11 +110,13 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     texts = read_sentences(sentences)
     res = embed_model(model, spec, texts, model_device(spec, device), threads=threads, degenerate="error")
     ids, feats, records, spectra = [], [], [], []
-    with threadpool_limits(threads):
+    # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the
+    # pipeline's pip and features jobs (encmap.pipeline.jobs), so a twin lands at distance 0.
+    with threadpool_limits(1, user_api="blas"):
         for v in res.variants:
             E = prepare_embeddings(res.arrays[v.id], center=bool(pattrs["center"]),
                                    normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
-            s = factor_pip(E, tol=float(pattrs["tol"]), name=f"encoder {v.id!r}")
+            s = as_stored(factor_pip(E, tol=float(pattrs["tol"]), name=f"encoder {v.id!r}"), E)
             ids.append(v.id)
             feats.append(qre_features(s, direction=direction, eps=eps))
             spectra.append(s)

@@ -32,6 +32,17 @@ def stores_basis(n: int, d: int, r: int) -> bool:
     return 8 * d * r <= BASIS_BUDGET * 4 * n * d
 
 
+def as_stored(spec, E: np.ndarray):
+    """``spec`` (from :func:`~encmap.spectrum.factor_pip` of E (n, d)) exactly as :func:`load_spectrum`
+    will give it back from the artifact :func:`write_pip` writes: U = E V / σ when V is stored."""
+    from ..spectrum import spectrum_from_right_vectors
+
+    n, r = spec.U.shape
+    if stores_basis(n, E.shape[1], r):
+        return spectrum_from_right_vectors(E, spec.V, spec.lam, spec.trace)
+    return spec
+
+
 def write_pip(out: str | Path, spec, emb_file: str | Path, *, dense: bool, attrs: dict[str, Any]) -> None:
     """Write the PIP artifact of ``spec`` (a :class:`~encmap.spectrum.Spectrum` with V) for ``emb_file``."""
     n, r = spec.U.shape
