@@ -61,12 +61,9 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     if missing:
         raise EncmapError(f"{features}: encoder {missing[0]!r} is on the map but has no PIP among the inputs; "
                           "rerun the pip stage")
-    specs = []
     for e in ids:
-        spec, attrs = load_spectrum(by_id[e])
-        if attrs["sentences_sha256"] != sha:
+        if read_h5(by_id[e], [])[1]["sentences_sha256"] != sha:
             raise _stale(by_id[e], "PIP", e)
-        specs.append(spec)
     fps = fingerprints([by_id[e] for e in ids])
     key = code_key(PAIR_CODE, {"eps": eps})
     stored = None
@@ -77,6 +74,10 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     idx = reuse_index(*(prev_q[:2] if stored else ([], [])), ids, fps)
     m = len(ids)
     todo, filled = reuse_pairs(idx, np.ones((m, m), bool), stored)
+    # U is derived from the embeddings on read (an SVD or a GEMM each): only for encoders with a
+    # pair to compute; the others enter only through their rank (a zero-stride stand-in for U).
+    need = set(np.flatnonzero(todo.any(axis=0) | todo.any(axis=1)).tolist())
+    specs = [load_spectrum(by_id[e])[0] if i in need else _rank_only(by_id[e]) for i, e in enumerate(ids)]
     t0 = time.perf_counter()
     with threadpool_limits(threads):
         res = pair_measures(specs, eps=eps, todo=todo, block_columns=block_columns,
@@ -99,6 +100,15 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
                                "gflop": round(flop / 1e9, 3), "device": dev if dev.startswith("cuda") else "cpu",
                                "block_columns": block_columns,
                                "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2) if computed else None})
+
+
+def _rank_only(pip_file: str):
+    """A :class:`~encmap.spectrum.Spectrum` with the stored λ and a zero-stride U (no memory, no SVD)."""
+    from ..spectrum import Spectrum
+
+    data, attrs = read_h5(pip_file, ["lam"])
+    return Spectrum(U=np.broadcast_to(0.0, (int(attrs["n"]), data["lam"].shape[0])), lam=data["lam"],
+                    trace=float(attrs["trace"]))
 
 
 def _load_embeddings(emb_dirs: list[str], ids: list[str], records: dict[str, dict], sha: str,
