@@ -15,8 +15,9 @@ per pair runs in Python when ε > 0:
 
     forward cross  X = T_aᵀ (G∘G) D_b,   T_a[:, i] = (μ_i - μ_0,i) on i's rows, D_b[:, j] = D_j on j's rows
     reverse cross  Y = D_aᵀ (G∘G) T_b
-    CKA            Z = 1_aᵀ (M∘M) 1_b,   M = (G - A_a A_bᵀ / n) ∘ (s_a s_bᵀ)
+    CKA            Z = Λ_aᵀ (M∘M) Λ_b,   M = G - A_a A_bᵀ / n,  Λ_a[:, i] = λ_i on i's rows
 
+(Z[i, j] = ‖(HX_i)ᵀ(HX_j)‖²_F, since (HX_i)ᵀ(HX_j) = diag(√λ_i) M_ij diag(√λ_j).)
 (``qre.PreparedSpectrum`` and ``similarity.CKAFactor`` define μ, D, a, s.) With ``device`` a
 CUDA device the block products and reductions run in torch, float64 throughout.
 """
@@ -70,8 +71,7 @@ class _Backend:
     def __init__(self, device: str | None, cache_bytes: float = 0.0):
         self.device = device
         self.torch = None
-        self.cache: dict[int, object] = {}
-        self.last: tuple = (None, None)
+        self.cache: dict[object, object] = {}
         self.cache_bytes = cache_bytes
         if device is not None:
             import torch
@@ -131,8 +131,9 @@ class _Backend:
         if self.torch is None:
             from scipy.linalg.blas import dger
 
-            G[...] = dger(-1.0, A, B, a=G.T, overwrite_a=True).T if G.flags.f_contiguous else dger(
-                -1.0, B, A, a=G.T, overwrite_a=True).T
+            Gt = dger(-1.0, B, A, a=G.T, overwrite_a=True)  # Gᵀ - B Aᵀ: in place when G is C-ordered
+            if not np.shares_memory(Gt, G):
+                G[...] = Gt.T
         else:
             G.addr_(A, B, alpha=-1.0)
         G *= G
