@@ -311,3 +311,24 @@ def test_cuda_route_equals_numpy():
         got = pair_measures(specs, eps=1e-6, block_columns=cols, device="cuda")
         for k in ("qre", "cka", "cka_debiased"):
             assert np.allclose(got[k], ref[k], rtol=1e-12, atol=0), (k, cols)
+
+
+def test_pairwise_step_spills_u_to_disk_when_over_its_memory(tmp_path):
+    """With less memory than the U's need, each U is derived once into a memory-mapped scratch
+    file: the same bytes as in memory, the scratch removed, the timing says so."""
+    import json
+
+    from test_map import fake_run
+
+    from encmap.pipeline.similarity import pairwise_step
+
+    run = fake_run(tmp_path / "a")
+    outs = {}
+    for name, mem in (("ram", None), ("disk", 1.0)):
+        o = _outs(tmp_path / name, "qre", "cka", "timing")
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, memory_bytes=mem)
+        outs[name] = o
+        assert json.loads(open(o["timing"]).read())["u_spilled_to_disk"] is (mem is not None)
+        assert not list((tmp_path / name).rglob("*.tmp"))
+    for k in ("qre", "cka"):
+        assert open(outs["ram"][k], "rb").read() == open(outs["disk"][k], "rb").read()

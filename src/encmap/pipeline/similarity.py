@@ -7,6 +7,8 @@ Each pair step stores one fingerprint per encoder and a code/params key beside i
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -34,7 +36,8 @@ def _stale(path: str, what: str, e: str) -> EncmapError:
 
 
 def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: str, timing: str, *, eps: float,
-                  device: str = "cpu", block_columns: int = 4096, threads: int | None = None) -> None:
+                  device: str = "cpu", block_columns: int = 4096, threads: int | None = None,
+                  memory_bytes: float | None = None) -> None:
     """Exact S(ρ_i‖ρ_j) and linear CKA between every two encoders on the map, from their stored PIPs.
 
     Writes ``out_qre`` (``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε)), ``out_cka`` (``cka``,
@@ -43,6 +46,10 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     reproduce byte for byte. Pairs of unchanged encoders are taken from the previous outputs.
     ``device``: "auto" / "cuda[:k]" run the block GEMMs on a GPU when there is one (torch,
     float64); otherwise NumPy/BLAS on ``threads`` cores (MPS has no float64).
+    ``memory_bytes``: when the U's to hold (n r_i x 8 bytes each) exceed this (default: half the
+    machine's memory), each U is derived once into a memory-mapped scratch file beside
+    ``out_qre`` (removed afterwards) and the blocks read from there: at 1,101 encoders the U's
+    are ~33 GB.
     """
     from threadpoolctl import threadpool_limits
 
@@ -77,18 +84,33 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     # U is derived from the embeddings on read (an SVD or a GEMM each): only for encoders with a
     # pair to compute; the others enter only through their rank (a zero-stride stand-in for U).
     need = set(np.flatnonzero(todo.any(axis=0) | todo.any(axis=1)).tolist())
-    specs = [load_spectrum(by_id[e])[0] if i in need else _rank_only(by_id[e]) for i, e in enumerate(ids)]
-    t0 = time.perf_counter()
-    with threadpool_limits(threads):
-        res = pair_measures(specs, eps=eps, todo=todo, block_columns=block_columns,
-                            device=dev if dev.startswith("cuda") else None)
-    seconds = time.perf_counter() - t0
+    specs = [_rank_only(by_id[e]) for e in ids]
+    u_bytes = sum(s.U.size * 8 for i, s in enumerate(specs) if i in need)
+    if memory_bytes is None:
+        memory_bytes = 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    spill = Path(out_qre).parent / f".{Path(out_qre).name}.u.tmp" if u_bytes > memory_bytes else None
+    try:
+        for i in sorted(need):
+            specs[i] = load_spectrum(by_id[ids[i]])[0]
+            if spill is not None:
+                specs[i] = _spilled(specs[i], spill / f"{i}.npy")
+        t0 = time.perf_counter()
+        with threadpool_limits(threads):
+            res = pair_measures(specs, eps=eps, todo=todo, block_columns=block_columns,
+                                device=dev if dev.startswith("cuda") else None)
+        seconds = time.perf_counter() - t0
+    finally:
+        del specs[:]
+        if spill is not None:
+            shutil.rmtree(spill, ignore_errors=True)
     for k in MEASURES:
         if k in filled:
             res[k] = np.where(np.isnan(res[k]), filled[k], res[k])
-    flop = pair_flop([s.rank for s in specs], specs[0].n, todo)
+    ranks = [_rank_only(by_id[e]).rank for e in ids]
+    n = int(fm["F"].shape[1])
+    flop = pair_flop(ranks, n, todo)
     common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
-    attrs_out = {"eps": eps, "sentences_sha256": sha, "m": m, "n": specs[0].n, "key": key,
+    attrs_out = {"eps": eps, "sentences_sha256": sha, "m": m, "n": n, "key": key,
                  "encmap_version": __version__}
     write_h5(out_qre, {"qre": res["qre"]} | common, attrs_out | {
         "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log"})
@@ -98,8 +120,21 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     atomic_write_json(timing, {"pairwise_seconds": round(seconds, 3), "pairs": m * (m - 1) // 2,
                                "pairs_computed": computed, "pairs_reused": m * (m - 1) // 2 - computed,
                                "gflop": round(flop / 1e9, 3), "device": dev if dev.startswith("cuda") else "cpu",
+                               "u_spilled_to_disk": spill is not None,
                                "block_columns": block_columns,
                                "gflop_per_s": round(flop / 1e9 / max(seconds, 1e-9), 2) if computed else None})
+
+
+def _spilled(spec, path: Path):
+    """``spec`` with U moved to a memory-mapped .npy file (read-only), its RAM freed."""
+    from ..spectrum import Spectrum
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    mm = np.lib.format.open_memmap(path, mode="w+", dtype=np.float64, shape=spec.U.shape)
+    mm[...] = spec.U
+    mm.flush()
+    del mm
+    return Spectrum(U=np.load(path, mmap_mode="r"), lam=spec.lam, trace=spec.trace)
 
 
 def _rank_only(pip_file: str):
