@@ -85,6 +85,7 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     # pair to compute; the others enter only through their rank (a zero-stride stand-in for U).
     need = set(np.flatnonzero(todo.any(axis=0) | todo.any(axis=1)).tolist())
     specs = [_rank_only(by_id[e]) for e in ids]
+    ranks = [s.rank for s in specs]
     u_bytes = sum(s.U.size * 8 for i, s in enumerate(specs) if i in need)
     if memory_bytes is None:
         memory_bytes = 0.5 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
@@ -106,7 +107,6 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     for k in MEASURES:
         if k in filled:
             res[k] = np.where(np.isnan(res[k]), filled[k], res[k])
-    ranks = [_rank_only(by_id[e]).rank for e in ids]
     n = int(fm["F"].shape[1])
     flop = pair_flop(ranks, n, todo)
     common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
