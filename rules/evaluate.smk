@@ -55,6 +55,7 @@ rule regress:
         regress=config["regress"],
     conda:
         "../envs/encmap.yaml"
+    threads: 8  # scaled down to --cores: worker processes for the fits, one BLAS thread each
     log:
         "logs/regress.log",
     script:

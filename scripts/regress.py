@@ -4,4 +4,5 @@ from encmap.pipeline.regression import regress_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
-regress_step(s.input.features, list(s.input.evals), dict(s.output.items()), regress=s.params.regress)
+regress_step(s.input.features, list(s.input.evals), dict(s.output.items()), regress=s.params.regress,
+             jobs=s.threads)

@@ -189,3 +189,30 @@ def hash_word(w: str) -> int:
     import zlib
 
     return zlib.crc32(w.encode()) % 64
+
+
+def test_encoders_scored_side_by_side_give_the_serial_scores():
+    """evaluate_step scores a model's variants in worker processes: the same numbers as one by one."""
+    from functools import partial
+
+    from encmap.evaluate import score_tasks
+    from encmap.parallel import map_single_threaded
+
+    rng = np.random.default_rng(5)
+    texts = [f"t{i}" for i in range(60)]
+    rows = {t: i for i, t in enumerate(texts)}
+    labels = [str(i % 4) for i in range(60)]
+    tasks = {"cls": {"type": "classification", "main_score": "accuracy", "texts": texts, "labels": labels,
+                     "folds": [(i // 4) % 2 for i in range(60)], "test_folds": [1]},
+             "ret": {"type": "retrieval", "queries": texts[:10], "corpus": texts[10:],
+                     "relevant": [[i] for i in range(10)]},
+             "sim": {"type": "similarity", "main_score": "spearman", "texts": texts[:8],
+                     "pairs": [[0, 1], [2, 3], [4, 5], [6, 7], [1, 2]], "human": [0.1, 0.5, 0.2, 0.9, 0.4]}}
+    params = {"classification": {"n_experiments": 3, "samples_per_label": 10, "max_iter": 100}, "retrieval_k": 10}
+    centres = rng.standard_normal((4, 16)) * 3
+    Xs = [(centres[[i % 4 for i in range(60)]] + rng.standard_normal((60, 16)) * s).astype(np.float32)
+          for s in (0.5, 4.0, 12.0)]
+    fn = partial(score_tasks, tasks=tasks, rows=rows, params=params, random_state=0)
+    serial = [fn(X) for X in Xs]
+    assert map_single_threaded(fn, Xs, 2) == serial
+    assert serial[0]["cls"]["main_score"] > serial[2]["cls"]["main_score"]  # less noise, better accuracy

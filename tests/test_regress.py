@@ -209,3 +209,16 @@ def test_mteb_result_files_become_a_score_table(tmp_path, capsys):
     models.write_text("encoder,mteb_model\nminilm-l6__out,org/model-b\n")
     assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
     assert "expected one revision folder for encoder 'minilm-l6__out'" in capsys.readouterr().err
+
+
+def test_worker_processes_do_not_change_the_table(synthetic):
+    """The units run side by side in worker processes give the bytes of the serial run."""
+    from encmap.regress import fit_final
+
+    F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
+    rows, preds = regression_table(F, Y, ["linear", "group"], g, records(50, g), PARAMS, 0, n_jobs=2)
+    np.testing.assert_equal(rows, synthetic["rows"])  # NaN == NaN here
+    np.testing.assert_equal(preds, synthetic["preds"])
+    one, two = fit_final(F, Y, ["linear"], g, PARAMS, 0), fit_final(F, Y, ["linear"], g, PARAMS, 0, n_jobs=2)
+    for reg in ("elasticnet", "ridge"):
+        assert np.array_equal(one["linear"][reg].predict(F), two["linear"][reg].predict(F))

@@ -189,3 +189,13 @@ def evaluate_task(task: dict[str, Any], X: np.ndarray, rows: dict[str, int], par
         raise EncmapError(f"unknown task type {kind!r}")
     metric = task["main_score"] if kind != "retrieval" else f"ndcg_at_{params['retrieval_k']}"
     return {"main_score": scores[metric], "metric": metric, "scores": scores}
+
+
+def score_tasks(X: np.ndarray, tasks: dict[str, dict[str, Any]], rows: dict[str, int], params: dict[str, Any],
+                random_state: int) -> dict[str, dict[str, Any]]:
+    """Scores of one encoder on every task: ``{task name: evaluate_task(...)}``.
+
+    ``X`` (t, d) embeds every evaluation text (any float dtype; scored in float64).
+    """
+    X = np.asarray(X, dtype=np.float64)
+    return {name: evaluate_task(task, X, rows, params, random_state) for name, task in tasks.items()}

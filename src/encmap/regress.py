@@ -18,6 +18,7 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
 from __future__ import annotations
 
 import warnings
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -89,7 +90,7 @@ def leading_columns(X: np.ndarray, k: int = 1) -> np.ndarray:
 
 
 def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, Any], random_state: int,
-                   n_jobs: int | None = None, impute: bool = False):
+                   impute: bool = False):
     """The pipeline of regressor ``name`` for training rows ``X`` (n, p), or the mean for ``mean``.
 
     Unsupervised steps (impute missing values with an indicator column, standardise, and for
@@ -118,7 +119,7 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     head.append(("scale", StandardScaler()))
     if name == "ridge":
         search = GridSearchCV(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv=cv,
-                              scoring="neg_mean_squared_error", error_score="raise", n_jobs=n_jobs)
+                              scoring="neg_mean_squared_error", error_score="raise")
     elif name == "elasticnet":
         smallest = min(len(tr) for tr, _ in cv)
         dims = sorted({min(k, smallest, p) for k in params["pca_dims"]})
@@ -128,19 +129,18 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
         search = GridSearchCV(inner, {"components__kw_args": [{"k": k} for k in dims],
                                       "model__alpha": list(params["elasticnet_alphas"]),
                                       "model__l1_ratio": list(params["l1_ratios"])},
-                              cv=cv, scoring="neg_mean_squared_error", error_score="raise", n_jobs=n_jobs)
+                              cv=cv, scoring="neg_mean_squared_error", error_score="raise")
     else:
         raise EncmapError(f"unknown regressor {name!r} (known: {REGRESSORS})")
     return Pipeline(head + [("search", search)])
 
 
 def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, protocol: str,
-                  params: dict[str, Any], random_state: int, n_jobs: int | None = None, impute: bool = False):
+                  params: dict[str, Any], random_state: int, impute: bool = False):
     """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
     from sklearn.exceptions import ConvergenceWarning
 
-    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, n_jobs,
-                         impute)
+    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)
@@ -148,12 +148,12 @@ def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, p
 
 
 def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,
-                  params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> np.ndarray:
+                  params: dict[str, Any], random_state: int) -> np.ndarray:
     """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits``."""
     pred = np.full(len(y), np.nan)
     impute = bool(np.isnan(X).any())
     for train, test in splits:
-        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, n_jobs, impute)
+        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, impute)
         pred[test] = est.predict(X[test])
     return pred
 
@@ -175,6 +175,12 @@ def regressors_for(features: str) -> tuple[str, ...]:
     return REGRESSORS if features in ("qre", "random") else ("ridge",)
 
 
+def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.ndarray:
+    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol) unit."""
+    reg, X, y, g, splits, protocol = unit
+    return cross_predict(reg, X, y, g, splits, protocol, params, random_state)
+
+
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
                      records: list[dict[str, Any]], params: dict[str, Any], random_state: int,
                      n_jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -194,7 +200,8 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     params : dict
         The ``regress`` section of params.yaml.
     n_jobs : int, optional
-        Parallel inner-CV fits (joblib).
+        Worker processes: the task x protocol x features x regressor units run side by side,
+        each on one BLAS thread (:mod:`encmap.parallel`); the result does not depend on it.
 
     Returns
     -------
@@ -203,10 +210,12 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     predictions : list of dict
         One per encoder x task x protocol x features x regressor: actual, predicted.
     """
+    from .parallel import map_single_threaded
+
     groups = np.asarray(groups).astype(str)
     base = baseline_features(records, F.shape, random_state)
     sets = {"qre": F} | base
-    rows, preds = [], []
+    keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
         y, g = Y[have, t], groups[have]
@@ -215,12 +224,16 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
             for fs in FEATURE_SETS:
                 for reg in regressors_for(fs):
                     X = np.zeros((len(have), 1)) if fs == "mean" else sets[fs][have]
-                    p = cross_predict(reg, X, y, g, splits, protocol, params, random_state, n_jobs)
-                    rows.append({"task": task, "protocol": protocol, "features": fs, "regressor": reg,
-                                 "n": len(have), "folds": len(splits)} | agreement(y, p))
-                    preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs,
-                                  "regressor": reg, "actual": float(a), "predicted": float(b)}
-                                 for i, a, b in zip(have, y, p))
+                    keys.append((task, protocol, fs, reg, have, y, len(splits)))
+                    units.append((reg, X, y, g, splits, protocol))
+    predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
+    rows, preds = [], []
+    for (task, protocol, fs, reg, have, y, folds), p in zip(keys, predicted):
+        rows.append({"task": task, "protocol": protocol, "features": fs, "regressor": reg,
+                     "n": len(have), "folds": folds} | agreement(y, p))
+        preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs,
+                      "regressor": reg, "actual": float(a), "predicted": float(b)}
+                     for i, a, b in zip(have, y, p))
     return rows, preds
 
 
@@ -237,21 +250,33 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for fs, by_reg in out.items()}
 
 
+def _final_fit(unit: tuple, params: dict[str, Any], random_state: int):
+    """One regressor fitted on all of (X, y), as :func:`fit_final` stores it."""
+    reg, X, y, g = unit
+    est = fit_regressor(reg, X, y, g, "grouped", params, random_state)
+    est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
+    return est
+
+
 def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
               params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> dict[str, dict[str, Any]]:
     """Each task's regressors fitted on every encoder that has its score (grouped inner CV).
 
     Returns ``{task: {regressor: fitted pipeline}}`` (the inner CV's refit best estimator, without
     its search record, so the saved file is the same bytes on a rerun); ``predict`` takes QRE
-    features (k, n).
+    features (k, n). ``n_jobs``: worker processes, as in :func:`regression_table`.
     """
+    from .parallel import map_single_threaded
+
     groups = np.asarray(groups).astype(str)
-    out: dict[str, dict[str, Any]] = {}
+    keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
-        out[task] = {}
         for reg in REGRESSORS:
-            est = fit_regressor(reg, F[have], Y[have, t], groups[have], "grouped", params, random_state, n_jobs)
-            est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
-            out[task][reg] = est
+            keys.append((task, reg))
+            units.append((reg, F[have], Y[have, t], groups[have]))
+    fitted = map_single_threaded(partial(_final_fit, params=params, random_state=random_state), units, n_jobs)
+    out: dict[str, dict[str, Any]] = {}
+    for (task, reg), est in zip(keys, fitted):
+        out.setdefault(task, {})[reg] = est
     return out

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from .. import __version__
 from ..io import atomic_write_json
+from ..parallel import map_single_threaded
 from ..validation import EncmapError
 from .common import rounded, swap_dir
 
@@ -48,9 +49,7 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     name join them as ``mteb:<Task>`` (:mod:`encmap.mtebrun`). Nothing is written unless every
     encoder is scored.
     """
-    from threadpoolctl import threadpool_limits
-
-    from ..evaluate import evaluate_task
+    from ..evaluate import score_tasks
     from ..models import embed_model, model_device
     from ..sentences import file_sha256, read_sentences
     from ..tasks import task_texts
@@ -75,18 +74,19 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
         online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
                           lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
     tasks_sha = file_sha256(tasks_path)
+    # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
+    scored = map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
+                                         random_state=evaluate["seed"]),
+                                 [res.arrays[v.id] for v in res.variants], threads)
     results = {}
-    with threadpool_limits(threads):
-        for v in res.variants:
-            X = np.asarray(res.arrays[v.id], dtype=np.float64)
-            scores = {name: evaluate_task(task, X, rows, evaluate, evaluate["seed"]) for name, task in tasks.items()}
-            results[v.id] = {
-                "encoder_id": v.id, "model": model, "encoder": v.to_dict(),
-                "tasks": {name: rounded(s, DIGITS) | {"removed": tasks[name]["removed"]} for name, s in scores.items()}
-                | {name: rounded(s, DIGITS) for name, s in online.get(v.id, {}).items()},
-                "n_texts": len(texts), "degenerate": res.degenerate.get(v.id, ""), "tasks_sha256": tasks_sha,
-                "sentences_sha256": sha, "encmap_version": __version__}
-            print(f"{v.id}: " + ", ".join(f"{k} {s['main_score']:.3f}" for k, s in scores.items()), file=sys.stderr)
+    for v, scores in zip(res.variants, scored):
+        results[v.id] = {
+            "encoder_id": v.id, "model": model, "encoder": v.to_dict(),
+            "tasks": {name: rounded(s, DIGITS) | {"removed": tasks[name]["removed"]} for name, s in scores.items()}
+            | {name: rounded(s, DIGITS) for name, s in online.get(v.id, {}).items()},
+            "n_texts": len(texts), "degenerate": res.degenerate.get(v.id, ""), "tasks_sha256": tasks_sha,
+            "sentences_sha256": sha, "encmap_version": __version__}
+        print(f"{v.id}: " + ", ".join(f"{k} {s['main_score']:.3f}" for k, s in scores.items()), file=sys.stderr)
 
     def write(tmp: Path) -> None:
         for e, r in results.items():

@@ -44,15 +44,15 @@ def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: lis
 
 
 def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
-                   params: dict[str, Any]) -> dict[str, Any]:
-    """The protocol of :mod:`encmap.regress` on a feature matrix and scores; tables as text."""
+                   params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
+    """The protocol of :mod:`encmap.regress` on a feature matrix and scores (``jobs`` worker processes)."""
     from ..regress import regression_table, summary
 
     Y = score_matrix(fm["ids"], scores, tasks)
     empty = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
     if empty:
         raise EncmapError(f"task {empty[0]!r}: fewer than 3 encoders on the map have a score")
-    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"])
+    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs)
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y}
 
 
@@ -64,8 +64,12 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return csv_table(rows, TABLE_FIELDS)
 
 
-def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any]) -> None:
-    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors."""
+def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any],
+                 jobs: int | None = None) -> None:
+    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors.
+
+    ``jobs``: worker processes for the independent fits (the outputs do not depend on it).
+    """
     import joblib
 
     from ..figures import draw_predictions
@@ -79,9 +83,9 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
             scores.setdefault(e, {}).update(s)
         tasks += [t for t in table["tasks"] if t not in tasks]
     groups = [r["model"] for r in fm["records"]]
-    res = run_regression(fm, scores, tasks, groups, regress)
+    res = run_regression(fm, scores, tasks, groups, regress, jobs)
     ids = fm["ids"]
-    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"])
+    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"], jobs)
     pred_rows = [p | {"encoder": ids[p["encoder"]], "model": groups[p["encoder"]]} for p in res["predictions"]]
     score_rows = [{"encoder": e, "model": g} | {t: res["Y"][i, j] for j, t in enumerate(tasks)}
                   for i, (e, g) in enumerate(zip(ids, groups))]
@@ -122,14 +126,16 @@ def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any])
     return {t: {reg: est.predict(F) for reg, est in saved["regressors"][t].items()} for t in saved["tasks"]}
 
 
-def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any]) -> str:
+def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any],
+                   jobs: int | None = None) -> str:
     """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
 
-    Groups default to each encoder's model (from the feature matrix's records).
+    Groups default to each encoder's model (from the feature matrix's records); ``jobs`` worker
+    processes.
     """
     fm = read_feature_matrix(features)
     table = read_score_table(scores, fm["ids"])
     tasks = sorted({t for s in table.values() for t in s})
     g = read_groups(groups, fm["ids"]) if groups else [r["model"] for r in fm["records"]]
-    res = run_regression(fm, table, tasks, g, params)
+    res = run_regression(fm, table, tasks, g, params, jobs)
     return table_text(res["rows"])
