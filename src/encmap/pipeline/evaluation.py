@@ -11,7 +11,6 @@ from typing import Any
 
 from .. import __version__
 from ..io import atomic_write_json
-from ..parallel import map_single_threaded
 from ..validation import EncmapError
 from .common import rounded, swap_dir
 
@@ -51,6 +50,7 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     """
     from ..evaluate import score_tasks
     from ..models import embed_model, model_device
+    from ..parallel import map_single_threaded
     from ..sentences import file_sha256, read_sentences
     from ..tasks import task_texts
 
