@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--groups", help="CSV encoder,group (default: each encoder's model)")
     r.add_argument("--out", help="also write the table to this CSV file")
     r.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                   help="worker processes for the fits (default: the cores this process may use; the table does not depend on it)")
+                   help="worker processes for the fits (default: the cores this process may use; "
+                        "the table does not depend on it)")
     mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB result files")
     mt.add_argument("results", help="MTEB results folder (<org__model>/<revision>/<TaskName>.json)")
     mt.add_argument("--models", required=True, help="CSV encoder,mteb_model: which map encoder each MTEB model is")

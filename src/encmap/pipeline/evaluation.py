@@ -8,7 +8,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-
 from .. import __version__
 from ..io import atomic_write_json
 from ..validation import EncmapError
