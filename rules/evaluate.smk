@@ -48,7 +48,7 @@ rule regress:
         table="results/regression/table.csv",
         predictions="results/regression/predictions.csv",
         scores="results/regression/scores.csv",
-        regressors="results/regression/regressors.joblib",
+        regressors="results/regression/regressors.h5",
         figure_png="results/regression/figures/predicted.png",
         figure_svg="results/regression/figures/predicted.svg",
     params:

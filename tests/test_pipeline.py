@@ -176,7 +176,7 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
     assert len(preds) == 11 * 7 * 2 * 8
-    pred = predict_scores(mapped / "results/regression/regressors.joblib", fm["F"], fm["attrs"])
+    pred = predict_scores(mapped / "results/regression/regressors.h5", fm["F"], fm["attrs"])
     assert set(pred) == set(TASKS) and all(np.isfinite(v["ridge"]).all() for v in pred.values())
     png = mapped / "results/regression/figures/predicted.png"
     shutil.copy(png, tmp_path / "predicted.png")  # for a look
@@ -210,7 +210,7 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     assert "predicted main scores" in out
     fm = read_feature_matrix(mapped / "results/features/qre.h5")
     i = fm["ids"].index("tiny-st__out")
-    twin = predict_scores(mapped / "results/regression/regressors.joblib", fm["F"][[i]], fm["attrs"])
+    twin = predict_scores(mapped / "results/regression/regressors.h5", fm["F"][[i]], fm["attrs"])
     rows = {(r["encoder"], r["task"], r["regressor"]): float(r["predicted"])
             for r in csv.DictReader((tmp_path / "twin/scores.csv").open())}
     assert len(rows) == 7 * 7 * 2

@@ -220,5 +220,48 @@ def test_worker_processes_do_not_change_the_table(synthetic):
     np.testing.assert_equal(rows, synthetic["rows"])  # NaN == NaN here
     np.testing.assert_equal(preds, synthetic["preds"])
     one, two = fit_final(F, Y, ["linear"], g, PARAMS, 0), fit_final(F, Y, ["linear"], g, PARAMS, 0, n_jobs=2)
-    for reg in ("elasticnet", "ridge"):
-        assert np.array_equal(one["linear"][reg].predict(F), two["linear"][reg].predict(F))
+    np.testing.assert_equal(one, two)
+
+
+def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
+    """``F @ w + b`` is what scikit-learn's fitted pipeline predicts (the reference: its own
+    ``predict``), on the training rows and on rows far outside them."""
+    from encmap.regress import _final_fit, fit_final, fit_regressor, linear_form
+
+    F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
+    far = np.random.default_rng(5).normal(scale=10.0, size=(7, F.shape[1]))
+    final = fit_final(F, Y, ["linear", "group"], g, PARAMS, 0)
+    assert final["weights"].shape == (2, 2, 300) and final["intercepts"].shape == (2, 2)
+    for r, reg in enumerate(("elasticnet", "ridge")):
+        est = fit_regressor(reg, F, Y[:, 0], g, "grouped", PARAMS, 0)
+        est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
+        for X in (F, far):
+            ref = est.predict(X)
+            np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
+                                       rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+    assert set(final["chosen"]["linear"]["ridge"]) == {"alpha"}
+    assert set(final["chosen"]["linear"]["elasticnet"]) == {"alpha", "l1_ratio", "pca_components"}
+    assert final["chosen"]["linear"]["elasticnet"]["pca_components"] in PARAMS["pca_dims"]
+    w, b, _ = _final_fit(("ridge", F, Y[:, 0], g), PARAMS, 0)
+    np.testing.assert_array_equal(w, final["weights"][0, 1])
+    # A step that is not affine is refused by name, not folded wrongly.
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import QuantileTransformer
+
+    bent = Pipeline([("q", QuantileTransformer(n_quantiles=10)), ("model", est.steps[-1][1])]).fit(F, Y[:, 0])
+    with pytest.raises(EncmapError, match="QuantileTransformer"):
+        linear_form(bent, F.shape[1])
+
+
+def test_regress_step_writes_the_same_bytes_on_one_and_two_workers(tmp_path):
+    """A 1-core SLURM job and a 2-core local run must agree byte for byte (DVC compares hashes)."""
+    from encmap.pipeline.regression import regress_step
+
+    features, dirs = fake_run(tmp_path)
+    outs = {}
+    for jobs in (1, 2):
+        out = {k: str(tmp_path / f"out{jobs}" / f"{k}.x") for k in OUTS}
+        regress_step(features, dirs, out, regress=PARAMS, jobs=jobs)
+        outs[jobs] = {k: Path(v).read_bytes() for k, v in out.items() if k not in ("figure_png", "figure_svg")}
+    for k in outs[1]:
+        assert outs[1][k] == outs[2][k], k

@@ -143,7 +143,7 @@ def _place(args) -> int:
             print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f} / {p['elasticnet']:.3f}"
                                        for t, p in res["predicted"][e].items()))
     else:
-        print("no predicted scores: results/regression/regressors.joblib not found (run the 'regress' rule)")
+        print("no predicted scores: results/regression/regressors.h5 not found (run the 'regress' rule)")
     print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv" + (", scores.csv" if res["predicted"] else ""))
     if args.append:
         append_to_params(args.params, model, spec)

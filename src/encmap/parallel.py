@@ -41,7 +41,10 @@ def map_single_threaded(fn: Callable[[Any], T], items: Iterable[Any], n_jobs: in
     Returns
     -------
     list
-        ``fn(x)`` for every item, in the items' order.
+        ``fn(x)`` for every item, in the items' order. Results from workers are unpickled
+        copies: equal values, but not the same sharing of objects as an in-process call, so a
+        result that is saved should be plain numbers and arrays (a pickle of a fitted
+        scikit-learn pipeline differs in bytes between the two paths).
     """
     if isinstance(items, Sized):  # no pool of workers for a single item
         n_jobs = min(n_jobs or 1, len(items))

@@ -250,33 +250,102 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             for fs, by_reg in out.items()}
 
 
-def _final_fit(unit: tuple, params: dict[str, Any], random_state: int):
-    """One regressor fitted on all of (X, y), as :func:`fit_final` stores it."""
+def linear_form(est, p: int) -> tuple[np.ndarray, float]:
+    """A fitted final pipeline as the one affine map it is: ``est.predict(X) == X @ w + b``.
+
+    Every step :func:`fit_final` keeps is affine (standardise, PCA, leading columns, a linear
+    model), so their composition is too. Folded from the model back to the input: a step
+    ``x -> (x - mu) @ T`` turns the weights ``w`` of what follows into ``T @ w`` and adds
+    ``-mu @ (T @ w)`` to the intercept. Stored this way the fitted regressors are plain numbers:
+    the same bytes whichever process fitted them (a pickle's bytes depend on which objects
+    happen to be shared), readable without unpickling someone else's file, and independent of
+    the scikit-learn version.
+
+    Parameters
+    ----------
+    est : sklearn Pipeline
+        As :func:`_final_fit` leaves it (no imputer, no search step).
+    p : int
+        Number of input columns.
+
+    Returns
+    -------
+    w : ndarray (p,)
+    b : float
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    def flat(e):
+        return [s for _, x in e.steps for s in flat(x)] if isinstance(e, Pipeline) else [e]
+
+    *head, model = flat(est)
+    dims = [p]  # each step's input width, to pad what ``leading_columns`` dropped
+    for step in head:
+        if isinstance(step, PCA):
+            dims.append(step.n_components_)
+        elif isinstance(step, FunctionTransformer) and step.func is leading_columns:
+            dims.append(step.kw_args["k"])
+        else:
+            dims.append(dims[-1])
+    w, b = np.asarray(model.coef_, dtype=np.float64).ravel(), float(model.intercept_)
+    for step, width in zip(reversed(head), reversed(dims[:-1])):
+        if isinstance(step, StandardScaler):
+            w = w / step.scale_
+            b -= float(step.mean_ @ w)
+        elif isinstance(step, PCA) and not step.whiten:
+            w = step.components_.T @ w
+            b -= float(step.mean_ @ w)
+        elif isinstance(step, FunctionTransformer) and step.func is leading_columns:
+            w = np.concatenate([w, np.zeros(width - len(w))])
+        else:
+            raise EncmapError(f"cannot write a fitted {type(step).__name__} step as a linear map")
+    return w, b
+
+
+def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, float, dict[str, Any]]:
+    """One regressor fitted on all of (X, y): its linear form (w (p,), b) and the inner CV's choices."""
     reg, X, y, g = unit
     est = fit_regressor(reg, X, y, g, "grouped", params, random_state)
-    est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
-    return est
+    search = est.named_steps["search"]
+    est.steps[-1] = ("model", search.best_estimator_)
+    chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
+    if "components__kw_args" in search.best_params_:
+        chosen["pca_components"] = search.best_params_["components__kw_args"]["k"]
+    return (*linear_form(est, X.shape[1]), chosen)
 
 
 def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
-              params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> dict[str, dict[str, Any]]:
+              params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> dict[str, Any]:
     """Each task's regressors fitted on every encoder that has its score (grouped inner CV).
 
-    Returns ``{task: {regressor: fitted pipeline}}`` (the inner CV's refit best estimator, without
-    its search record, so the saved file is the same bytes on a rerun); ``predict`` takes QRE
-    features (k, n). ``n_jobs``: worker processes, as in :func:`regression_table`.
+    Parameters
+    ----------
+    F : ndarray (m, n)
+        QRE features of the encoders on the map.
+    Y : ndarray (m, T)
+        Scores, NaN where an encoder has none for a task.
+    n_jobs : int, optional
+        Worker processes, as in :func:`regression_table`.
+
+    Returns
+    -------
+    dict
+        ``weights`` (T, R, n) and ``intercepts`` (T, R): task t's regressor r (in
+        :data:`REGRESSORS` order) predicts ``F_new @ weights[t, r] + intercepts[t, r]``;
+        ``chosen``: ``{task: {regressor: the inner CV's hyper-parameters}}``.
     """
     from .parallel import map_single_threaded
 
     groups = np.asarray(groups).astype(str)
-    keys, units = [], []
-    for t, task in enumerate(tasks):
+    units = []
+    for t in range(len(tasks)):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
-        for reg in REGRESSORS:
-            keys.append((task, reg))
-            units.append((reg, F[have], Y[have, t], groups[have]))
+        units += [(reg, F[have], Y[have, t], groups[have]) for reg in REGRESSORS]
     fitted = map_single_threaded(partial(_final_fit, params=params, random_state=random_state), units, n_jobs)
-    out: dict[str, dict[str, Any]] = {}
-    for (task, reg), est in zip(keys, fitted):
-        out.setdefault(task, {})[reg] = est
-    return out
+    shape = (len(tasks), len(REGRESSORS))
+    return {"weights": np.stack([w for w, _, _ in fitted]).reshape(*shape, F.shape[1]),
+            "intercepts": np.array([b for _, b, _ in fitted]).reshape(shape),
+            "chosen": {task: {reg: fitted[t * len(REGRESSORS) + r][2] for r, reg in enumerate(REGRESSORS)}
+                       for t, task in enumerate(tasks)}}

@@ -71,7 +71,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     ``results/place/<model>/``; the tracked map is left as it is) and returns
     ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted"}``;
     ``predicted`` holds each variant's predicted score per task and regressor (and
-    ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.joblib``).
+    ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.h5``).
     """
     from threadpoolctl import threadpool_limits
 
@@ -143,7 +143,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
-    predicted = _predicted_scores(root / "results/regression/regressors.joblib", ids, F_new, fm["attrs"], out)
+    predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out)
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e]}
               for i, e in enumerate(ids)]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..io import atomic_path, atomic_write_json, atomic_write_text, csv_table
+from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, write_h5
 from ..scoretables import read_groups, read_score_table
 from ..validation import EncmapError
 from .common import read_feature_matrix, rounded
@@ -70,10 +70,8 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
 
     ``jobs``: worker processes for the independent fits (the outputs do not depend on it).
     """
-    import joblib
-
     from ..figures import draw_predictions
-    from ..regress import fit_final
+    from ..regress import REGRESSORS, fit_final
 
     fm = read_feature_matrix(features)
     scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"])
@@ -94,36 +92,39 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
                                                            "regressor", "actual", "predicted"]))
     atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
     draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
-    with atomic_path(out["regressors"]) as tmp:
-        joblib.dump({"tasks": tasks, "regressors": final, "encoder_ids": ids,
-                     "sentences_sha256": fm["attrs"]["sentences_sha256"], "eps": float(fm["attrs"]["eps"]),
-                     "direction": str(fm["attrs"]["direction"]), "n": int(fm["F"].shape[1]),
-                     "encmap_version": __version__}, tmp)
+    write_h5(out["regressors"], {"weights": final["weights"], "intercepts": final["intercepts"],
+                                 "tasks": np.array(tasks), "regressors": np.array(REGRESSORS),
+                                 "encoder_ids": np.array(ids)},
+             {"chosen": final["chosen"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
+              "eps": float(fm["attrs"]["eps"]), "direction": str(fm["attrs"]["direction"]),
+              "n": int(fm["F"].shape[1]), "encmap_version": __version__})
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {"tasks": len(tasks), "encoders": len(ids),
                                                                   "models": len(set(groups))})
 
 
-def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any]) -> dict[str, dict[str, float]]:
+def predict_scores(regressors: str | Path, F: np.ndarray,
+                   attrs: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
     """Each task's predicted main score for new encoders' QRE features F (k, n), per regressor.
 
     ``attrs`` are the feature settings the new rows were computed with (sentences_sha256, eps,
-    direction); they must be the ones the regressors were trained on. Returns
+    direction); they must be the ones the regressors were trained on. ``regressors`` is the
+    HDF5 file of :func:`regress_step` (``weights`` (T, R, n), ``intercepts`` (T, R)). Returns
     ``{task: {regressor: predictions (k,)}}``.
     """
-    import joblib
-
     p = Path(regressors)
     if not p.is_file():
         raise EncmapError(f"{p}: no fitted regressors; run the 'regress' rule first")
-    saved = joblib.load(p)
+    saved, meta = read_h5(p, ["weights", "intercepts", "tasks", "regressors"])
     for key in ("sentences_sha256", "direction"):
-        if str(saved[key]) != str(attrs[key]):
-            raise EncmapError(f"{p}: regressors were trained on features with {key} {saved[key]!r}, "
+        if str(meta[key]) != str(attrs[key]):
+            raise EncmapError(f"{p}: regressors were trained on features with {key} {meta[key]!r}, "
                               f"not {attrs[key]!r}; rerun the 'regress' rule")
-    if float(saved["eps"]) != float(attrs["eps"]) or saved["n"] != F.shape[1]:
-        raise EncmapError(f"{p}: regressors were trained on features of n = {saved['n']}, eps = {saved['eps']}; "
+    if float(meta["eps"]) != float(attrs["eps"]) or int(meta["n"]) != F.shape[1]:
+        raise EncmapError(f"{p}: regressors were trained on features of n = {meta['n']}, eps = {meta['eps']}; "
                           f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
-    return {t: {reg: est.predict(F) for reg, est in saved["regressors"][t].items()} for t in saved["tasks"]}
+    W, b = saved["weights"], saved["intercepts"]
+    return {t: {reg: F @ W[i, r] + b[i, r] for r, reg in enumerate(saved["regressors"])}
+            for i, t in enumerate(saved["tasks"])}
 
 
 def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any],
