@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import make_project, run, tiny_params, tree_hashes, write_user_file
+from conftest import env, make_project, run, tiny_params, tree_hashes, write_user_file
 from slurm_cluster import Cluster, missing
 
 pytestmark = pytest.mark.slow
@@ -55,7 +56,9 @@ def without_timings(root: Path) -> tuple[dict, dict]:
 def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
     params = small_params(tmp_path, tiny_bert)
     local = make_project(tmp_path / "local", params, git=True)
-    run("dvc repro", local)
+    # The local reference runs beside the SLURM one, whose DVC stages mostly wait on status polls.
+    log = (tmp_path / "local.log").open("w")
+    reference = subprocess.Popen(["dvc", "repro"], cwd=local, env=env(), stdout=log, stderr=subprocess.STDOUT)
 
     proj = make_project(tmp_path / "slurm", params, git=True)
     # The repo's profile, with resources this one small node can grant and a short first poll.
@@ -69,12 +72,13 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     prof["set-resources"]["stitch"].update(mem_mb=1000, cpus_per_gpu=1)
     prof["set-resources"]["evaluate"].update(mem_mb=2000, cpus_per_gpu=1)
     prof["set-resources"]["regress"].update(mem_mb=1000, cpus_per_task=1)
-    prof["slurm-init-seconds-before-status-checks"] = 2
+    prof["slurm-init-seconds-before-status-checks"] = 1  # then every 11, 21, ... s until one ends
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
     before = {j["JobId"] for j in cluster.jobs()}
     run("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", proj)
+    assert reference.wait() == 0, (tmp_path / "local.log").read_text()[-6000:]
 
     # Same bytes, same dvc.lock: where a stage ran does not change what DVC records.
     assert without_timings(proj) == without_timings(local)
