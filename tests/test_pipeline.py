@@ -48,6 +48,8 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
     return a
 
 
+@pytest.mark.slow(minutes=3)
+@pytest.mark.xdist_group("mapped")  # one worker builds `mapped` once for them all
 def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, tiny_st, user_file):
     a = mapped
     b = make_project(tmp_path / "b", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
@@ -90,6 +92,7 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, t
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
+@pytest.mark.xdist_group("mapped")  # one worker builds `mapped` once for them all
 def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
     from browser import inspect_map_page
 
@@ -112,6 +115,7 @@ def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
         assert Q.shape == (11, 11) and np.all(np.diag(Q) == 0) and np.all(Q[~np.eye(11, dtype=bool)] > 0)
 
 
+@pytest.mark.xdist_group("mapped")  # one worker builds `mapped` once for them all
 def test_pipeline_similarity_outputs_and_heatmap_in_chromium(mapped, tmp_path):
     from browser import inspect_svg
 
@@ -149,6 +153,7 @@ TASKS = {"supersense": "accuracy", "gloss-retrieval": "ndcg_at_10", "brown-genre
          "polarity": "accuracy", "wordsim353": "spearman", "simlex999": "spearman"}
 
 
+@pytest.mark.xdist_group("mapped")  # one worker builds `mapped` once for them all
 def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     """Every encoder scored on every task (no probe sentence among the items); the regression
     table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
@@ -183,6 +188,7 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     assert png.stat().st_size > 20000
 
 
+@pytest.mark.xdist_group("mapped")  # one worker builds `mapped` once for them all
 def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     """The same spec as a mapped model finds its twins at l1 distance 0, next to their points;
     a random model lands with finite coordinates and neighbours; --append extends params."""
@@ -269,6 +275,7 @@ def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
+@pytest.mark.slow(minutes=8)
 def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatch):
     # 6 encoders (tiny-st's layer 2 and output, tiny-rand, lsa x 2, gauss): every stage kind,
     # fewer jobs per `dvc repro` / `dvc exp run`.
@@ -463,6 +470,7 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
     assert len(coords.splitlines()) == 1 + 4 and "unk__out" not in coords  # no rank <= 1 encoder on the map
 
 
+@pytest.mark.slow(minutes=4)
 def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_file):
     """SIGKILL while an artifact's temporary file exists: the rerun completes, DVC never tracks
     the temporary file, and `dvc status` is clean afterwards."""

@@ -53,6 +53,7 @@ def without_timings(root: Path) -> tuple[dict, dict]:
     return hashes, lock
 
 
+@pytest.mark.slow(minutes=8)
 def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
     params = small_params(tmp_path, tiny_bert)
     local = make_project(tmp_path / "local", params, git=True)
