@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -52,14 +53,22 @@ def build_tiny_bert(path: Path, *, seed: int = 0, layers: int = 2, corrupt: str 
 
 
 def pytest_collection_modifyitems(config, items):
-    """The longest tests first (``@pytest.mark.slow(minutes=N)``, N measured on the 2-core CI
-    machine), so that pytest-xdist's workers start them early instead of ending with one of them
-    running alone; otherwise the collection order, unchanged (every worker sorts alike)."""
+    """Test files in the order of their longest test (``@pytest.mark.slow(minutes=N)``, N measured
+    on the 2-core CI machine), each file's tests kept together and in their own order.
+
+    The test command hands whole files to pytest-xdist's workers (``--dist loadfile``), so a
+    module-scoped fixture (a built pipeline) is built once; starting the files with the longest
+    tests first keeps one worker from ending with one of them running alone. Every worker must
+    sort alike: the key is the collection's own data.
+    """
     def minutes(item) -> float:
         mark = item.get_closest_marker("slow")
         return mark.kwargs.get("minutes", 0) if mark else 0
 
-    items.sort(key=lambda item: -minutes(item))
+    longest: dict[str, float] = {}
+    for item in items:
+        longest[item.path] = max(longest.get(item.path, 0), minutes(item))
+    items.sort(key=lambda item: -longest[item.path])
 
 
 @pytest.fixture(scope="session")
@@ -213,3 +222,31 @@ def tree_hashes(root: Path, *dirs: str) -> dict[str, str]:
             if f.is_file() and not f.name.startswith(".") and f.name != ".gitignore":
                 out[str(f.relative_to(root))] = hashlib.sha256(f.read_bytes()).hexdigest()
     return out
+
+
+ARTIFACTS = ("data", "results")
+#: Map settings for a map of 4 encoders: perplexity <= (4 - 1)/3, trustworthiness k < m/2.
+SMALL_MAP = {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}
+#: Artifacts that gather every encoder: any encoder's change changes them.
+GATHERED = ("results/features/qre.h5", "results/features/metrics.json", "results/similarity/", "results/map/",
+            "results/regression/")
+
+
+@pytest.fixture(scope="session")
+def user_file(tmp_path_factory) -> Path:
+    return write_user_file(tmp_path_factory.mktemp("user") / "mine.txt")
+
+
+def with_param(params: dict, path: str, value) -> dict:
+    p = yaml.safe_load(yaml.safe_dump(params))
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[k]
+    node[last] = value
+    return p
+
+
+def ran(out: str) -> set[str]:
+    """Stages that `dvc repro` / `dvc exp run` actually ran."""
+    return set(re.findall(r"Running stage '([^']+)'", out))

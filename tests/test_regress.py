@@ -12,8 +12,6 @@ from encmap.io import write_h5
 from encmap.regress import cross_predict, outer_splits, regression_table
 from encmap.validation import EncmapError
 
-pytestmark = pytest.mark.xdist_group("regress")  # one worker fits `synthetic` once
-
 PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
           "elasticnet_alphas": [1e-3, 1e-2, 1e-1], "l1_ratios": [0.5], "ridge_alphas": [1e-2, 1.0, 100.0],
           "max_iter": 10000, "score_tables": []}

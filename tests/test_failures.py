@@ -1,0 +1,157 @@
+"""Bad input and broken runs: clear errors that name the problem, and nothing half-written."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import h5py
+import pytest
+import yaml
+
+from conftest import SMALL_MAP, make_project, ran, run, tiny_params, with_param
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.mark.parametrize(
+    "edit,match",
+    [
+        (lambda p: p["models"]["gauss"].update(colour="blue"), "models.gauss: Additional properties are not allowed"),
+        (lambda p: p["models"]["gauss"].update(dim="16"), "models.gauss.dim: '16' is not of type 'integer'"),
+        (lambda p: p["models"].update({"Bad/Id": p["models"]["gauss"]}), "does not match"),
+        (lambda p: p["models"]["tiny-st"].update(source="path:/no/such/model"), "path /no/such/model does not exist"),
+        (lambda p: p["sentences"].update(n=100000), "fewer than n = 100000"),
+        (lambda p: p["map"].update(perplexity=4), "map.perplexity = 4 is too large for a map of m = 11 encoders"),
+        (lambda p: p["map"].update(fields=["model", "colour"]), "map.fields.1: 'colour' is not one of"),
+    ],
+)
+def test_bad_params_fail_clearly_and_write_nothing(tmp_path, tiny_bert, user_file, edit, match):
+    params = tiny_params(tiny_bert, user_file)
+    edit(params)
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2", proj, check=False)
+    assert r.returncode != 0
+    log = r.stdout + r.stderr + "".join(f.read_text() for f in (proj / "logs").rglob("*.log")) if (proj / "logs").exists() else r.stdout + r.stderr
+    assert match in log, log[-3000:]
+    leftovers = [f for f in (proj / "results").rglob("*.h5")] if (proj / "results").exists() else []
+    if "does not exist" not in match:
+        assert not leftovers
+
+
+def test_duplicate_key_in_params_is_an_error(tmp_path, tiny_bert, user_file):
+    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, user_file))
+    text = (proj / "params.yaml").read_text()
+    gauss = text[text.index("  gauss:"):text.index("pip:")]
+    (proj / "params.yaml").write_text(text.replace("pip:", gauss + "pip:", 1))
+    r = run("snakemake -n", proj, check=False)
+    assert r.returncode != 0 and "duplicate key 'gauss'" in r.stdout + r.stderr
+
+
+def test_non_utf8_user_file_names_the_line(tmp_path, tiny_bert, user_file):
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(user_file.read_bytes() + b"Caf\xe9 au lait is served here every single day.\n")
+    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, bad))
+    r = run("snakemake --cores 2 data/sentences/tiny.txt", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/curate/tiny.log").read_text()
+    assert f"{bad} line 151 is not valid UTF-8" in log
+    assert not (proj / "data/sentences/tiny.txt").exists()
+
+
+def test_broken_encoders_fail_alone(tmp_path, tiny_bert, user_file):
+    """Checkpoints of NaN and of zero weights: each model's embed job fails naming the problem
+    and its encoder; the other models' jobs finish (up to their features: what follows gathers
+    every encoder)."""
+    from conftest import build_tiny_bert
+
+    params = tiny_params(tiny_bert, user_file)
+    for corrupt in ("nan", "zero"):
+        broken = build_tiny_bert(tmp_path / f"broken-{corrupt}", corrupt=corrupt)
+        params["models"][f"broken-{corrupt}"] = dict(params["models"]["tiny-rand"], source=f"path:{broken}",
+                                                    init="pretrained")
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2 --keep-going --until features", proj, check=False)
+    assert r.returncode != 0
+    for corrupt, match in (("nan", "non-finite values"), ("zero", "all embeddings are zero")):
+        log = (proj / f"logs/embed/broken-{corrupt}.log").read_text()
+        assert match in log and f"encoder 'broken-{corrupt}__l02-max'" in log, log[-2000:]
+        assert not (proj / f"results/embeddings/broken-{corrupt}").exists()
+    for model, n in (("tiny-st", 7), ("tiny-rand", 1), ("lsa", 2), ("gauss", 1)):  # the others finished
+        assert len(list((proj / f"results/features/encoders/{model}").glob("*.h5"))) == n, model
+
+
+def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_file):
+    """A real constant encoder: word-piece averages from a checkpoint whose tokenizer lost its
+    vocabulary (every token [UNK]): the same vector for every sentence."""
+    from conftest import build_tiny_bert
+
+    unk = build_tiny_bert(tmp_path / "unk-bert", corrupt="vocab")
+    params = tiny_params(tiny_bert, user_file)
+    params["models"] = {"gauss": params["models"]["gauss"], "lsa": params["models"]["lsa"],
+                        "tiny-rand": params["models"]["tiny-rand"],
+                        "unk": {"backend": "classical", "method": "static", "source": f"path:{unk}", "revision": None,
+                                "dims": [], "renormalize_truncated": True, "seed": 0,
+                                "meta": params["models"]["gauss"]["meta"]}}
+    params["map"] |= SMALL_MAP  # 4 encoders on the map once unk is dropped
+    proj = make_project(tmp_path / "p", params)
+    r = run("snakemake --cores 2 --keep-going --until embed", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/embed/unk.log").read_text()
+    assert "encoder 'unk__out': zero variance across sentences" in log and "embed.degenerate: drop" in log
+    assert not (proj / "results/embeddings/unk").exists()
+
+    params["embed"]["degenerate"] = "drop"
+    proj = make_project(tmp_path / "q", params)
+    run("snakemake --cores 2 results/map/coords.csv", proj)
+    assert "left off the map" in (proj / "logs/embed/unk.log").read_text()
+    with h5py.File(proj / "results/features/qre.h5", "r") as f:
+        ids = [x.decode() for x in f["encoder_ids"][()]]
+        assert ids == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max"] and "unk__out" in f.attrs["dropped"]
+    assert yaml.safe_load((proj / "results/features/metrics.json").read_text())["dropped_encoders"] == 1
+    coords = (proj / "results/map/coords.csv").read_text()
+    assert len(coords.splitlines()) == 1 + 4 and "unk__out" not in coords  # no rank <= 1 encoder on the map
+
+
+@pytest.mark.slow(minutes=4)
+def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_file):
+    """SIGKILL while an artifact's temporary file exists: the rerun completes, DVC never tracks
+    the temporary file, and `dvc status` is clean afterwards."""
+    import signal
+    import subprocess
+    import time
+
+    from conftest import env
+
+    params = tiny_params(tiny_bert, user_file)
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP
+    proj = make_project(tmp_path / "proj", params, git=True)
+    run("dvc repro", proj)
+    run("git add -A && git commit -qm results", proj)
+    (proj / "params.yaml").write_text(yaml.safe_dump(with_param(params, "models.gauss.seed", 5), sort_keys=False))
+    e = env() | {"ENCMAP_PAUSE_BEFORE_RENAME": "60"}
+    # dvc itself is our child (no shell in between), so that wait() reaps it after the kill: a
+    # zombie would still hold DVC's repository lock (it checks whether the PID exists).
+    job = subprocess.Popen(["dvc", "repro"], cwd=proj, env=e, start_new_session=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    temps: list[Path] = []
+    while not temps and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+        temps = [p for p in (proj / "results").rglob("*.tmp")]
+    assert temps, "no temporary file appeared"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert all(p.exists() for p in temps)  # killed mid-write: the temporary file is still there
+    assert ".tmp" not in run("dvc status --json", proj).stdout
+    out = run("dvc repro", proj).stdout
+    assert "embed@gauss" in ran(out)
+    assert "up to date" in run("dvc status", proj).stdout
+    assert not [p for p in (proj / "results").rglob("*.tmp")]  # the rerun cleared them
+    assert ".tmp" not in run("git status --porcelain --ignored", proj).stdout.replace(".snakemake", "")
+    for manifest in (proj / ".dvc/cache").rglob("*.dir"):  # what DVC tracked, file by file
+        assert not [e["relpath"] for e in json.loads(manifest.read_text()) if e["relpath"].endswith(".tmp")]
+
+
