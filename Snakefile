@@ -24,3 +24,4 @@ rule all:
         "results/map/map.html",
         "results/similarity/metrics.json",
         "results/regression/metrics.json",
+        "results/regression/regressors.h5",  # what `encmap place` predicts scores with
