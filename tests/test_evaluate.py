@@ -108,16 +108,19 @@ def test_missing_task_data_names_how_to_install(tmp_path):
         build_tasks(small_evaluate(["sts"]), [])
 
 
+LSA = {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0,
+       "tfidf": {"lowercase": True, "sublinear_tf": True, "min_df": 1, "max_df": 1.0, "ngram_range": [1, 1],
+                 "norm": "l2"}, "svd": {"algorithm": "arpack", "n_iter": 5},
+       "meta": {"family": "LSA", "architecture": "tfidf-svd", "parameters": None, "languages": [],
+                "objective": "x", "kind": "classical"}}
+
+
 def test_tfidf_encoder_is_the_maps_encoder_on_other_texts():
     """Evaluation texts go through the TF-IDF + SVD fitted on the curated sentences: embedding
     the curated sentences that way reproduces the map's embeddings of them."""
     from encmap.models import embed_model
 
-    spec = {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0,
-            "tfidf": {"lowercase": True, "sublinear_tf": True, "min_df": 1, "max_df": 1.0, "ngram_range": [1, 1],
-                      "norm": "l2"}, "svd": {"algorithm": "arpack", "n_iter": 5},
-            "meta": {"family": "LSA", "architecture": "tfidf-svd", "parameters": None, "languages": [],
-                     "objective": "x", "kind": "classical"}}
+    spec = LSA
     probes = [clean(as_sentence(e)) for s in wordnet_synsets("wordnet", WORDNET) for e in s.examples][:300]
     mapped = embed_model("lsa", spec, probes)
     again = embed_model("lsa", spec, probes[:50], fit_texts=probes)
@@ -128,6 +131,33 @@ def test_tfidf_encoder_is_the_maps_encoder_on_other_texts():
     # Fitted on the evaluation texts themselves it would be another encoder.
     assert not np.allclose(embed_model("lsa", spec, probes[:50]).arrays["lsa__d8"], mapped.arrays["lsa__d8"][:50],
                            atol=1e-3)
+
+
+def test_tfidf_fitted_once_for_every_pass_over_other_texts(monkeypatch):
+    """Several text lists embedded with the encoder fitted on one corpus (MTEB's passes) fit it
+    once; another corpus or other SVD settings fit again; the results are a fresh fit's."""
+    from sklearn.decomposition import TruncatedSVD
+
+    from encmap.models import classical, embed_model
+
+    monkeypatch.setattr(classical, "_FITTED", {})  # not what an earlier test fitted
+    fits = []
+    fit = TruncatedSVD.fit_transform
+    monkeypatch.setattr(TruncatedSVD, "fit_transform", lambda self, X, y=None: fits.append(X.shape) or fit(self, X))
+    probes = [clean(as_sentence(e)) for s in wordnet_synsets("wordnet", WORDNET) for e in s.examples][:300]
+    a, b = (["A new text about the sea.", "Another one."], probes[100:140])
+    first = embed_model("lsa", LSA, a, fit_texts=probes)
+    second = embed_model("lsa", LSA, b, fit_texts=probes)
+    assert len(fits) == 1
+    embed_model("lsa", LSA, a, fit_texts=probes[:299])
+    embed_model("lsa", LSA | {"seed": 1}, a, fit_texts=probes[:299])
+    assert len(fits) == 3
+    for texts, res in ((a, first), (b, second)):
+        classical._FITTED.clear()
+        fresh = embed_model("lsa", LSA, texts, fit_texts=probes)
+        for e, arr in fresh.arrays.items():
+            np.testing.assert_array_equal(res.arrays[e], arr)
+    assert len(fits) == 5
 
 
 def test_mteb_tasks_by_name_without_download():

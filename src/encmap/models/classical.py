@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from pathlib import Path
 
@@ -35,25 +37,45 @@ def average_rows(table: np.ndarray, rows: list[list[int]]) -> np.ndarray:
 FITTED = True
 
 
-def _tfidf_svd(model: str, spec: dict, texts: list[str], fit_texts: list[str] | None = None) -> EmbeddingResult:
+#: The last TF-IDF + SVD fitted to a corpus other than the texts it encodes, by its settings and
+#: corpus: an evaluation embeds several text lists (each of MTEB's passes) with the encoder
+#: fitted on the same curated sentences, and refitting it (a 512-component SVD of 10,000
+#: sentences: ~30 s) for each list was most of the work. One entry bounds the memory.
+_FITTED: dict[str, tuple] = {}
+
+
+def _fit_tfidf_svd(model: str, spec: dict, kmax: int, texts: list[str]):
+    """The fitted (vectorizer, svd) and the fit's embeddings (len(texts), kmax)."""
     from sklearn.decomposition import TruncatedSVD
     from sklearn.feature_extraction.text import TfidfVectorizer
 
-    variants = model_variants(model, spec)
     t, s = spec["tfidf"], spec["svd"]
     vec = TfidfVectorizer(lowercase=t["lowercase"], sublinear_tf=t["sublinear_tf"], min_df=t["min_df"],
                           max_df=t["max_df"], ngram_range=tuple(t["ngram_range"]), norm=t["norm"])
-    X = vec.fit_transform(texts if fit_texts is None else fit_texts)
-    kmax = max(v.dim for v in variants)
+    X = vec.fit_transform(texts)
     if kmax >= min(X.shape):
         raise EncmapError(f"model {model!r}: SVD size {kmax} must be below min(n, vocabulary) = {min(X.shape)}")
     # Components are ordered by singular value, so the smaller sizes are prefixes.
     svd = TruncatedSVD(n_components=kmax, algorithm=s["algorithm"], n_iter=s["n_iter"], random_state=spec["seed"])
-    Z = svd.fit_transform(X)
-    if fit_texts is not None:  # the fitted encoder applied to other texts
+    return vec, svd, svd.fit_transform(X)
+
+
+def _tfidf_svd(model: str, spec: dict, texts: list[str], fit_texts: list[str] | None = None) -> EmbeddingResult:
+    variants = model_variants(model, spec)
+    kmax = max(v.dim for v in variants)
+    if fit_texts is None:
+        vec, svd, Z = _fit_tfidf_svd(model, spec, kmax, texts)
+    else:  # the encoder fitted on ``fit_texts`` applied to other texts
+        h = hashlib.sha256(json.dumps([spec["tfidf"], spec["svd"], spec["seed"], kmax], sort_keys=True).encode())
+        for text in fit_texts:
+            h.update(text.encode("utf-8") + b"\0")
+        if h.hexdigest() not in _FITTED:
+            _FITTED.clear()
+            _FITTED[h.hexdigest()] = _fit_tfidf_svd(model, spec, kmax, fit_texts)[:2]
+        vec, svd = _FITTED[h.hexdigest()]
         Z = svd.transform(vec.transform(texts))
     arrays = {v.id: np.ascontiguousarray(Z[:, : v.dim], dtype=np.float32) for v in variants}
-    return EmbeddingResult(variants, arrays, {"source": "classical:tfidf-svd", "vocabulary": int(X.shape[1])})
+    return EmbeddingResult(variants, arrays, {"source": "classical:tfidf-svd", "vocabulary": len(vec.vocabulary_)})
 
 
 def _static(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
