@@ -53,14 +53,8 @@ def without_timings(root: Path) -> tuple[dict, dict]:
     return hashes, lock
 
 
-@pytest.mark.slow(minutes=8)
-def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
-    params = small_params(tmp_path, tiny_bert)
-    local = make_project(tmp_path / "local", params, git=True)
-    # The local reference runs beside the SLURM one, whose DVC stages mostly wait on status polls.
-    log = (tmp_path / "local.log").open("w")
-    reference = subprocess.Popen(["dvc", "repro"], cwd=local, env=env(), stdout=log, stderr=subprocess.STDOUT)
-
+def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Path:
+    """`dvc repro` of a fresh project in tmp_path/slurm, every stage through the test cluster."""
     proj = make_project(tmp_path / "slurm", params, git=True)
     # The repo's profile, with resources this one small node can grant and a short first poll.
     prof = yaml.safe_load((proj / "profiles/slurm/config.yaml").read_text())
@@ -77,9 +71,26 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    before = {j["JobId"] for j in cluster.jobs()}
     run("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", proj)
-    assert reference.wait() == 0, (tmp_path / "local.log").read_text()[-6000:]
+    return proj
+
+
+@pytest.mark.slow(minutes=8)
+def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
+    params = small_params(tmp_path, tiny_bert)
+    local = make_project(tmp_path / "local", params, git=True)
+    # The local reference runs beside the SLURM one, whose DVC stages mostly wait on status polls.
+    with (tmp_path / "local.log").open("w") as log:
+        reference = subprocess.Popen(["dvc", "repro"], cwd=local, env=env(), stdout=log, stderr=subprocess.STDOUT)
+    before = {j["JobId"] for j in cluster.jobs()}
+    try:
+        proj = run_through_slurm(tmp_path, params, cluster, monkeypatch)
+    except BaseException:  # a failed SLURM run must not leave the reference running into the next tests
+        reference.kill()
+        raise
+    finally:
+        reference.wait()
+    assert reference.returncode == 0, (tmp_path / "local.log").read_text()[-6000:]
 
     # Same bytes, same dvc.lock: where a stage ran does not change what DVC records.
     assert without_timings(proj) == without_timings(local)
