@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from encmap.similarity import gram_cka, linear_cka, linear_cka_matrix
+from encmap.similarity.cka import gram_cka, linear_cka, linear_cka_matrix
 
 
 def embeddings(n: int, d: int, seed: int) -> np.ndarray:

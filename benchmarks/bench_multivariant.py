@@ -17,7 +17,7 @@ import numpy as np
 
 
 def sentences(n: int) -> list[str]:
-    from encmap.sentences import read_gensim_wiki
+    from encmap.corpus.wikipedia import read_gensim_wiki
 
     out = []
     for c in read_gensim_wiki("wiki"):
@@ -33,7 +33,7 @@ def main() -> None:
     from sentence_transformers import SentenceTransformer
 
     from encmap.device import resolve_device
-    from encmap.models import embed_model
+    from encmap.encoders.embed import embed_model
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=1000)

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import numpy as np
 
-from encmap.pairs import BLOCK_COLUMNS, pair_flop, pair_measures
-from encmap.qre import PreparedSpectrum, qre_both
-from encmap.similarity import CKAFactor, cka_from_product
-from encmap.spectrum import Spectrum
+from encmap.qre.pairwise import PreparedSpectrum, qre_both
+from encmap.qre.spectrum import Spectrum
+from encmap.similarity.blocks import BLOCK_COLUMNS, pair_flop, pair_measures
+from encmap.similarity.cka import CKAFactor, cka_from_product
 
 WIDTHS = (64, 128, 256, 384, 512, 768)
 METHOD_M = 1101

@@ -18,8 +18,9 @@ import tracemalloc
 
 import numpy as np
 
-from encmap.qre import dense_qre_features, qre_features
-from encmap.spectrum import factor_pip
+from encmap.qre.features import qre_features
+from encmap.qre.reference import dense_qre_features
+from encmap.qre.spectrum import factor_pip
 
 
 def embeddings(n: int, d: int, seed: int = 0) -> np.ndarray:

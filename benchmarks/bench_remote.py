@@ -2,7 +2,7 @@
 
 Copies the named artifact folders of a finished run (e.g. the default run's ``results/pip``
 before and after the PIP storage change, and ``results/embeddings``) into a fresh DVC project,
-pushes them to an SFTP server on loopback (``tests/sshd.py``: dvc-ssh, a throwaway key), then
+pushes them to an SFTP server on loopback (``tests/support/sshd.py``: dvc-ssh, a throwaway key), then
 pulls them into an empty clone, and prints seconds and bytes of each.
 
     python benchmarks/bench_remote.py RUN_DIR results/pip results/embeddings
@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 
-from sshd import sftp_server  # noqa: E402
+from support.sshd import sftp_server  # noqa: E402
 
 
 def tree_bytes(path: Path) -> int:

@@ -80,8 +80,11 @@ def measured(cmd: list[str], cwd: Path) -> dict:
 
 def floor(root: Path) -> None:
     """The pipeline's work in this one process: the same step functions, no Snakemake, no jobs."""
-    from encmap.config import artifact_paths
-    from encmap.pipeline.backbone import embed_step, features_step, gather_step, pip_step
+    from encmap.layout import artifact_paths
+    from encmap.pipeline.embed import embed_step
+    from encmap.pipeline.features import features_step
+    from encmap.pipeline.gather import gather_step
+    from encmap.pipeline.pip import pip_step
 
     params = yaml.safe_load((root / "params.yaml").read_text())
     sentences = root / f"data/sentences/{params['sentences']['set']}.txt"
@@ -125,7 +128,7 @@ def main() -> None:
     jobs = int(done[-1][1]) if done else 0
     flo = measured([sys.executable, __file__, "--floor", str(root)], root)
 
-    from encmap.pipeline.common import read_feature_matrix
+    from encmap.artifacts.features import read_feature_matrix
 
     a, b = read_feature_matrix(root / "results/features/qre.h5"), read_feature_matrix(root / "floor/qre.h5")
     # In-process jobs run BLAS on one thread, the floor on all: equal up to rounding, not bit for bit.

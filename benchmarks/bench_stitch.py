@@ -19,10 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from encmap.config import load_params
-from encmap.pipeline.common import read_feature_matrix
-from encmap.selection import select_pairs
-from encmap.stitch import fit_predict, judged, split_rows
+from encmap.artifacts.features import read_feature_matrix
+from encmap.params import load_params
+from encmap.similarity.stitch import fit_predict, judged, split_rows
+from encmap.similarity.subset import select_pairs
 
 
 def main() -> None:

@@ -1,15 +1,17 @@
+# Shared declarations: the validated config, the models, and the per-encoder file lists. They
+# decide which jobs exist; what a job writes is decided by its rule, script and step module.
 from pathlib import Path
 
-from encmap.config import LAYOUT, artifact_paths, check_snakemake_config, map_figures, similarity_figures
-from encmap.pipeline.jobs import in_process
+from encmap.layout import LAYOUT, artifact_paths, map_figures, similarity_figures
+from encmap.params import check_snakemake_config
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)
 
 MODELS = sorted(config["models"])
-# The per-model and per-encoder rules (embed, pip, features, qre) run their scripts/ adapter in
-# Snakemake's own process (`run:` + force-use-threads in the profiles): a fresh interpreter per
-# job cost ~1 s of CPU, most of the pipeline's time on many small encoders (encmap.pipeline.jobs).
+# Rules with `run:` (embed, pip, features, gather) run their scripts/ adapter in Snakemake's own
+# process (encmap.jobs.in_process, with force-use-threads in the profiles): a fresh interpreter per
+# job cost ~1 s of CPU, most of the pipeline's time on many small encoders.
 SCRIPTS = Path(workflow.basedir) / "scripts"
 SET = config["sentences"]["set"]
 SENTENCES = f"data/sentences/{SET}.txt"

@@ -1,3 +1,4 @@
+# The probe sentences: n sentences curated from the configured sources, seeded.
 rule curate:
     output:
         txt=SENTENCES,

@@ -1,3 +1,5 @@
+# One job per model: one forward pass yields every encoder variant (layers x poolings, output,
+# truncations), written to results/embeddings/{model}/{encoder}.h5.
 rule embed:
     input:
         SENTENCES,
@@ -13,4 +15,6 @@ rule embed:
     resources:
         gpu=lambda wc: int(config["models"][wc.model]["backend"] in ("sentence-transformers", "transformers")),
     run:
+        from encmap.jobs import in_process
+
         in_process(SCRIPTS / "embed.py", input, output, params, wildcards, threads, log, resources)

@@ -1,5 +1,5 @@
 # The map: t-SNE coordinates, neighbours, figures, the interactive page, faithfulness metrics
-# (which compare the map with the exact pairwise QRE of rules/similarity.smk).
+# (which compare the map with the exact pairwise QRE of rules/pairwise.smk).
 rule map:
     input:
         features="results/features/qre.h5",

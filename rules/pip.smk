@@ -1,4 +1,4 @@
-# One job per encoder: the factored PIP of results/embeddings/{model}/{encoder}.h5.
+# One job per encoder: the exact factored PIP of results/embeddings/{model}/{encoder}.h5.
 rule pip:
     input:
         "results/embeddings/{model}",
@@ -9,8 +9,10 @@ rule pip:
         dense_max_n=config["pip"]["dense_max_n"],
         center=config["pip"]["center"],
         normalize_rows=config["pip"]["normalize_rows"],
-    threads: 1  # in-process jobs run BLAS on one thread each, side by side (encmap.pipeline.jobs)
+    threads: 1  # in-process jobs run BLAS on one thread each, side by side (encmap.jobs)
     log:
         "logs/pip/{model}/{encoder}.log",
     run:
+        from encmap.jobs import in_process
+
         in_process(SCRIPTS / "pip.py", input, output, params, wildcards, threads, log, resources)

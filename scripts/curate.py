@@ -1,6 +1,6 @@
 from _log import to_log
 
-from encmap.pipeline.backbone import curate_step
+from encmap.pipeline.curate import curate_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 o = snakemake.output  # noqa: F821

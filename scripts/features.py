@@ -1,6 +1,6 @@
 from _log import to_log
 
-from encmap.pipeline.backbone import features_step
+from encmap.pipeline.features import features_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821

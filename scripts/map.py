@@ -1,6 +1,6 @@
 from _log import to_log
 
-from encmap.pipeline.mapping import map_step
+from encmap.pipeline.map import map_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821

@@ -1,6 +1,6 @@
 from _log import to_log
 
-from encmap.pipeline.backbone import pip_step
+from encmap.pipeline.pip import pip_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821

@@ -1,6 +1,6 @@
 from _log import to_log
 
-from encmap.pipeline.evaluation import tasks_step
+from encmap.pipeline.tasks import tasks_step
 
 to_log(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821

@@ -9,21 +9,30 @@ from pathlib import Path
 import h5py
 import pytest
 import yaml
-
-from conftest import (ARTIFACTS, GATHERED, REPO, SMALL_MAP, make_project, ran, run, tiny_params, tree_hashes,
-                      with_param)
+from support.project import (
+    ARTIFACTS,
+    GATHERED,
+    REPO,
+    SMALL_MAP,
+    make_project,
+    ran,
+    run,
+    tiny_params,
+    tree_hashes,
+    with_param,
+)
 
 pytestmark = pytest.mark.slow
 
 
 #: Stages that gather every encoder.
-GATHERING = ("qre", "pairwise", "stitch", "compare", "map", "regress")
+GATHERING = ("gather", "pairwise", "cka_rbf", "stitch", "agreement", "map", "regress")
 
 
 def computed(root: Path) -> dict:
     """How many pairs the pair stages computed (not reused) in their last run."""
     sim = root / "results/similarity"
-    t = json.loads((sim / "qre_pairwise.timing.json").read_text()) | json.loads((sim / "stitch.timing.json").read_text())
+    t = {k: v for f in ("qre_pairwise", "cka_rbf", "stitch") for k, v in json.loads((sim / f"{f}.timing.json").read_text()).items()}
     return {k: t[k] for k in ("pairs_computed", "stitch_pairs_computed", "rbf_pairs_computed")}
 
 
@@ -55,6 +64,16 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatc
     assert diff and all("gauss" in k or k.startswith(GATHERED) for k in diff), diff
     assert any("results/embeddings/gauss/" in k for k in diff)
     run("git add -A && git commit -qm 'gauss seed 1'", proj)
+
+    # A comment edited in the corpus code makes stale only the stages that read the corpus: the
+    # Wikipedia reader -> curate; the WordNet reader -> curate and tasks (built from WordNet).
+    # Old: file_sha256 and read_sentences lived beside the readers, so every stage went stale.
+    for module, stale in (("wikipedia", {"curate"}), ("wordnet", {"curate", "tasks"})):
+        f = proj / f"src/encmap/corpus/{module}.py"
+        f.write_text(f.read_text() + "# an edited comment\n")
+        assert set(json.loads(run("dvc status --json", proj).stdout)) == stale, module
+        run(f"git checkout -q -- {f.relative_to(proj)}", proj)
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
 
     # ε is a features param: changing it reruns the features, never the embeddings or PIPs.
     out = run("dvc exp run -S qre.eps=0.001", proj).stdout
@@ -102,7 +121,7 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatc
 
     # 2. Push to an SSH remote (dvc-ssh; an SFTP server on loopback with a throwaway key, host
     # key checked against known_hosts); a fresh clone + pull is byte-identical and up to date.
-    from sshd import sftp_server
+    from support.sshd import sftp_server
 
     with sftp_server(tmp_path / "home") as sshd:
         monkeypatch.setenv("HOME", str(tmp_path / "home"))

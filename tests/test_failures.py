@@ -9,8 +9,7 @@ from pathlib import Path
 import h5py
 import pytest
 import yaml
-
-from conftest import SMALL_MAP, make_project, ran, run, tiny_params, with_param
+from support.project import SMALL_MAP, make_project, ran, run, tiny_params, with_param
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +63,7 @@ def test_broken_encoders_fail_alone(tmp_path, tiny_bert, user_file):
     """Checkpoints of NaN and of zero weights: each model's embed job fails naming the problem
     and its encoder; the other models' jobs finish (up to their features: what follows gathers
     every encoder)."""
-    from conftest import build_tiny_bert
+    from support.models import build_tiny_bert
 
     params = tiny_params(tiny_bert, user_file)
     for corrupt in ("nan", "zero"):
@@ -85,7 +84,7 @@ def test_broken_encoders_fail_alone(tmp_path, tiny_bert, user_file):
 def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_file):
     """A real constant encoder: word-piece averages from a checkpoint whose tokenizer lost its
     vocabulary (every token [UNK]): the same vector for every sentence."""
-    from conftest import build_tiny_bert
+    from support.models import build_tiny_bert
 
     unk = build_tiny_bert(tmp_path / "unk-bert", corrupt="vocab")
     params = tiny_params(tiny_bert, user_file)
@@ -122,7 +121,7 @@ def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_f
     import subprocess
     import time
 
-    from conftest import env
+    from support.project import env
 
     params = tiny_params(tiny_bert, user_file)
     params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}

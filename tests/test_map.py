@@ -9,14 +9,19 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
+from support.fake_run import META, fake_run, record
 
-from encmap.faithfulness import (adjacent_layer_share, distance_agreement, neighbour_purity, separation,
-                                 trustworthiness)
-from encmap.map import feature_distances, fit_map, nearest_neighbours, place_on_map, symmetrised_qre
-from encmap.maptable import check_fields, coords_csv, layer_paths, neighbours_csv
+from encmap.maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+from encmap.maps.faithfulness import (
+    adjacent_layer_share,
+    l1_vs_exact_qre,
+    neighbour_purity,
+    separation,
+    trustworthiness,
+)
+from encmap.maps.fields import check_fields, coords_csv, layer_paths, neighbours_csv
+from encmap.maps.tsne import fit_map, place_on_map
 from encmap.validation import EncmapError, check_perplexity, max_perplexity
-
-META = {"family": "f", "architecture": "a", "parameters": 10, "languages": ["en"], "objective": "o", "kind": "pretrained"}
 
 
 def clusters(m_per: int = 12, k: int = 3, n: int = 40, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -25,11 +30,6 @@ def clusters(m_per: int = 12, k: int = 3, n: int = 40, seed: int = 0) -> tuple[n
     centres = rng.normal(0, 20, (k, n))
     X = np.vstack([c + rng.normal(0, 1, (m_per, n)) for c in centres])
     return X, np.repeat(np.arange(k), m_per)
-
-
-def record(i: int, model: str, layer: int | None, pooling: str, kind: str = "pretrained", **meta) -> dict:
-    return {"id": f"{model}__{i}", "model": model, "layer": layer, "pooling": pooling, "dim": None, "d": 8,
-            "meta": META | {"kind": kind} | meta}
 
 
 # ---------------------------------------------------------------------------------- perplexity
@@ -172,7 +172,7 @@ def test_adjacent_layer_share_uses_each_models_own_layer_list():
     assert r == {"share": pytest.approx(2 / 3), "count": 3}
 
 
-def test_trustworthiness_separation_and_agreement():
+def test_trustworthiness_separation_and_l1_vs_exact_qre():
     X, lab = clusters()
     D = cdist(X, X)
     assert trustworthiness(D, X[:, :2], 5) < 1.0  # two of 40 coordinates lose neighbours
@@ -192,7 +192,7 @@ def test_trustworthiness_separation_and_agreement():
     Q = rng.random((8, 8)) + D[:8, :8]
     np.fill_diagonal(Q, 0)
     L = D[:8, :8]
-    a = distance_agreement(L, Q)
+    a = l1_vs_exact_qre(L, Q)
     iu = np.triu_indices(8, 1)
 
     def ranks(v):
@@ -201,7 +201,7 @@ def test_trustworthiness_separation_and_agreement():
     assert a["pairs"] == 28
     assert a["spearman_forward"] == pytest.approx(np.corrcoef(ranks(L[iu]), ranks(Q[iu]))[0, 1])
     assert a["spearman_reverse"] == pytest.approx(np.corrcoef(ranks(L[iu]), ranks(Q.T[iu]))[0, 1])
-    assert distance_agreement(L, L)["spearman_symmetrised"] == pytest.approx(1.0)
+    assert l1_vs_exact_qre(L, L)["spearman_symmetrised"] == pytest.approx(1.0)
 
 
 # ---------------------------------------------------------------------------------- tables, figures, page
@@ -227,7 +227,7 @@ def test_fields_tables_and_layer_paths():
 
 
 def test_figures_are_reproducible_bytes(tmp_path):
-    from encmap.figures import draw_map
+    from encmap.maps.figures import draw_map
 
     recs = [record(i, f"m{i % 3}", i % 4, "mean", parameters=10 ** (i % 5 + 3)) for i in range(12)]
     coords = np.random.default_rng(0).normal(size=(12, 2))
@@ -251,7 +251,7 @@ def hostile_records(m: int) -> list[dict]:
 
 
 def test_page_is_self_contained_and_escapes_data():
-    from encmap.mappage import page_data, render_page
+    from encmap.maps.page import page_data, render_page
 
     recs = hostile_records(8)
     ids = [r["id"] for r in recs]
@@ -266,12 +266,13 @@ def test_page_is_self_contained_and_escapes_data():
 
 
 @pytest.mark.slow
+@pytest.mark.browser
 def test_map_page_in_headless_chromium(tmp_path):
     """m points rendered, colour selector recolours, hover shows metadata as text, search
     highlights an encoder and its neighbours, wheel zooms, nothing is fetched, no HTML runs."""
-    from browser import inspect_map_page
+    from support.browser import inspect_map_page
 
-    from encmap.mappage import page_data, render_page
+    from encmap.maps.page import page_data, render_page
 
     m = 24
     recs = hostile_records(m)
@@ -303,43 +304,12 @@ def test_map_page_in_headless_chromium(tmp_path):
 # ---------------------------------------------------------------------------------- steps: bad input
 
 
-def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
-    """A run's embeddings, PIPs and gathered features, built from random embeddings through the real maths."""
-    from encmap.io import write_h5
-    from encmap.pipeline.backbone import pip_step
-    from encmap.qre import qre_features, qre_to_base
-    from encmap.spectrum import factor_pip
-
-    rng = np.random.default_rng(0)
-    F, ids, recs, pips = [], [], [], []
-    for i in range(m):
-        rec = record(i, f"m{i % 3}", i % 2, "mean", kind="control" if i == 0 else "pretrained")
-        E = rng.normal(size=(n, 4 + i)).astype(np.float32).astype(np.float64)  # as stored
-        s = factor_pip(E)
-        emb_dir = root / f"results/embeddings/{rec['model']}"
-        write_h5(emb_dir / f"{rec['id']}.h5", {"embeddings": E.astype(np.float32)},
-                 {"sentences_sha256": sha, "encoder_id": rec["id"]})
-        pip = root / f"results/pip/{rec['model']}/{rec['id']}.h5"
-        pip_step(str(emb_dir), rec["id"], str(pip), tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
-        F.append(qre_features(s))
-        ids.append(rec["id"])
-        recs.append(json.dumps(rec))
-        pips.append(str(pip))
-        _ = qre_to_base(s)
-    write_h5(root / "results/features/qre.h5",
-             {"features": np.vstack(F), "encoder_ids": np.array(ids, dtype=object),
-              "encoders": np.array(recs, dtype=object), "qre_to_base": np.zeros(m)},
-             {"sentences_sha256": sha, "direction": "forward", "eps": 1e-6, "n": n, "m": m})
-    return {"features": str(root / "results/features/qre.h5"), "pips": pips,
-            "embeddings": sorted(str(p) for p in (root / "results/embeddings").iterdir())}
-
-
 MAP_PARAMS = {"metric": "manhattan", "perplexity": 2, "pca_dims": 0, "n_iter": 200, "early_exaggeration_iter": 50,
               "init": "auto", "seed": 0, "neighbours": 3, "trustworthiness_k": 2, "fields": ["model", "kind"]}
 
 
 def map_outputs(root: Path) -> dict:
-    from encmap.config import map_figures
+    from encmap.layout import map_figures
 
     out = {k: str(root / "results/map" / f"{k}.x") for k in ("coords", "neighbours", "html", "model", "metrics",
                                                               "timing")}
@@ -347,8 +317,8 @@ def map_outputs(root: Path) -> dict:
 
 
 def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
-    from encmap.pipeline.mapping import map_step
-    from encmap.pipeline.similarity import pairwise_step
+    from encmap.pipeline.map import map_step
+    from encmap.pipeline.pairwise import pairwise_step
 
     run = fake_run(tmp_path / "ok")
     pw = tmp_path / "ok/results/similarity/qre_pairwise.h5"
@@ -382,8 +352,8 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
 
 
 def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):
-    from encmap.pipeline.mapping import map_step
-    from encmap.pipeline.similarity import pairwise_step
+    from encmap.pipeline.map import map_step
+    from encmap.pipeline.pairwise import pairwise_step
 
     run = fake_run(tmp_path)
     pw = tmp_path / "pw.h5"
@@ -404,8 +374,8 @@ def test_remote_code_runs_only_when_asked(monkeypatch):
     """`encmap place` entries keep trust_remote_code off, and the loader passes the entry's value."""
     import sentence_transformers
 
-    from encmap.models.transformer import _load_sentence_transformer
-    from encmap.pipeline.place import default_model_id, place_spec, source_ref
+    from encmap.encoders.backends.transformer import _load_sentence_transformer
+    from encmap.place import default_model_id, place_spec, source_ref
 
     seen = {}
 

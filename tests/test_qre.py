@@ -9,17 +9,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
-from encmap.qre import (
-    dense_pairwise_qre,
-    dense_qre_features,
-    pairwise_qre,
-    pairwise_qre_matrix,
-    qre_features,
-    qre_to_base,
-    quantum_relative_entropy,
-    von_neumann_entropy,
-)
-from encmap.spectrum import factor_pip, spectrum_from_arrays
+from encmap.qre.features import qre_features, qre_to_base
+from encmap.qre.pairwise import pairwise_qre, pairwise_qre_matrix
+from encmap.qre.reference import dense_pairwise_qre, dense_qre_features, quantum_relative_entropy, von_neumann_entropy
+from encmap.qre.spectrum import factor_pip, spectrum_from_arrays
 from encmap.validation import EncmapError
 
 
@@ -235,7 +228,7 @@ def test_pairwise_bad_input():
 
 def test_centring_and_row_normalising_before_the_pip():
     """Centring ignores a common offset; row normalising ignores each sentence's length."""
-    from encmap.spectrum import prepare_embeddings
+    from encmap.qre.spectrum import prepare_embeddings
 
     rng = np.random.default_rng(11)
     E = rng.standard_normal((30, 8))
@@ -266,9 +259,9 @@ def test_stored_pip_artifact_is_small_and_gives_dense_features_and_pairwise_qre(
     the embeddings' bytes and give features and pairwise QRE equal to dense n x n references."""
     import h5py
 
-    from encmap.pairs import pair_measures
-    from encmap.pipeline.backbone import pip_step
-    from encmap.pipeline.spectra import load_spectrum
+    from encmap.artifacts.pip import load_spectrum
+    from encmap.pipeline.pip import pip_step
+    from encmap.similarity.blocks import pair_measures
 
     rng = np.random.default_rng(11)
     n, specs, Es = 1500, [], []
@@ -292,8 +285,8 @@ def test_stored_pip_artifact_is_small_and_gives_dense_features_and_pairwise_qre(
 
 
 def test_stored_pip_refuses_changed_or_missing_embeddings(tmp_path):
-    from encmap.pipeline.backbone import pip_step
-    from encmap.pipeline.spectra import load_spectrum
+    from encmap.artifacts.pip import load_spectrum
+    from encmap.pipeline.pip import pip_step
 
     rng = np.random.default_rng(12)
     emb = _emb_file(tmp_path / "emb/enc-a.h5", rng.standard_normal((50, 6)))
@@ -311,8 +304,8 @@ def test_stored_pip_refuses_changed_or_missing_embeddings(tmp_path):
 
 
 def test_pip_files_of_the_earlier_format_still_read(tmp_path):
+    from encmap.artifacts.pip import load_spectrum
     from encmap.io import write_h5
-    from encmap.pipeline.spectra import load_spectrum
 
     s = factor_pip(np.random.default_rng(13).standard_normal((20, 5)))
     write_h5(tmp_path / "old.h5", {"U": s.U, "lam": s.lam}, {"trace": s.trace, "encoder_id": "old"})

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from encmap.downstream.regression import cross_predict, outer_splits, regression_table
 from encmap.io import write_h5
-from encmap.regress import cross_predict, outer_splits, regression_table
 from encmap.validation import EncmapError
 
 PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
@@ -129,7 +129,8 @@ OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png",
 
 
 def test_regress_step_and_bad_score_tables(tmp_path):
-    from encmap.pipeline.regression import predict_scores, read_feature_matrix, regress_step
+    from encmap.artifacts.features import read_feature_matrix
+    from encmap.pipeline.regress import predict_scores, regress_step
 
     features, dirs = fake_run(tmp_path)
     out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
@@ -213,7 +214,7 @@ def test_mteb_result_files_become_a_score_table(tmp_path, capsys):
 
 def test_worker_processes_do_not_change_the_table(synthetic):
     """The units run side by side in worker processes give the bytes of the serial run."""
-    from encmap.regress import fit_final
+    from encmap.downstream.regression import fit_final
 
     F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
     rows, preds = regression_table(F, Y, ["linear", "group"], g, records(50, g), PARAMS, 0, n_jobs=2)
@@ -226,7 +227,7 @@ def test_worker_processes_do_not_change_the_table(synthetic):
 def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
     """``F @ w + b`` is what scikit-learn's fitted pipeline predicts (the reference: its own
     ``predict``), on the training rows and on rows far outside them."""
-    from encmap.regress import _final_fit, fit_final, fit_regressor, linear_form
+    from encmap.downstream.regression import _final_fit, fit_final, fit_regressor, linear_form
 
     F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
     far = np.random.default_rng(5).normal(scale=10.0, size=(7, F.shape[1]))
@@ -255,7 +256,7 @@ def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
 
 def test_regress_step_writes_the_same_bytes_on_one_and_two_workers(tmp_path):
     """A 1-core SLURM job and a 2-core local run must agree byte for byte (DVC compares hashes)."""
-    from encmap.pipeline.regression import regress_step
+    from encmap.pipeline.regress import regress_step
 
     features, dirs = fake_run(tmp_path)
     outs = {}

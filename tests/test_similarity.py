@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from encmap.similarity import cka, gram_cka, linear_cka, linear_cka_matrix, rbf_gram
+from encmap.similarity.cka import cka, gram_cka, linear_cka, linear_cka_matrix, rbf_gram
 from encmap.validation import EncmapError
 
 
@@ -92,7 +92,7 @@ def test_hand_value_of_linear_cka():
 
 def test_bad_input():
     X, Y = spaces()
-    with pytest.raises(EncmapError, match="same sentences in both spaces: n = 60 vs n = 59"):
+    with pytest.raises(EncmapError, match=r"CKA needs the same sentences in both spaces: n = 60 \(X\) vs n = 59 \(Y\)"):
         cka(X, Y[:-1])
     with pytest.raises(EncmapError, match="kernel 'poly'"):
         cka(X, Y, kernel="poly")

@@ -14,11 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.project import env, make_project, run, tiny_params, tree_hashes, write_user_file
+from support.slurm_cluster import Cluster, missing
 
-from conftest import env, make_project, run, tiny_params, tree_hashes, write_user_file
-from slurm_cluster import Cluster, missing
-
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
 @pytest.fixture(scope="module")
@@ -64,6 +63,7 @@ def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Pat
     for rule in ("pip", "features"):
         prof["set-resources"][rule].update(mem_mb=200)
     prof["set-resources"]["pairwise"].update(mem_mb=1000, cpus_per_task=1)
+    prof["set-resources"]["cka_rbf"].update(mem_mb=1000, cpus_per_task=1)
     prof["set-resources"]["stitch"].update(mem_mb=1000, cpus_per_gpu=1)
     prof["set-resources"]["evaluate"].update(mem_mb=2000, cpus_per_gpu=1)
     prof["set-resources"]["regress"].update(mem_mb=1000, cpus_per_task=1)
@@ -101,9 +101,9 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     # The plugin tags each sbatch job with its rule or group: one embed per model; pip and
     # features of each model's encoders in one group job per DVC stage (3 models x 2 stages:
     # 6 submissions for the 5 encoders' 10 jobs; tiny-st's 3 pip jobs went as one).
-    rules = Counter(re.match(r"rule_([a-z]+)", j.get("Comment", "")).group(1) for j in jobs)
-    assert rules == {"curate": 1, "embed": 3, "encoders": 6, "qre": 1, "pairwise": 1, "stitch": 1,
-                     "compare": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, jobs
+    rules = Counter(re.match(r"rule_([a-z_]+?)(?:_wildcards_|$)", j.get("Comment", "")).group(1) for j in jobs)
+    assert rules == {"curate": 1, "embed": 3, "encoders": 6, "gather": 1, "pairwise": 1, "cka_rbf": 1, "stitch": 1,
+                     "agreement": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, jobs
     # Only the transformer's embed and evaluate jobs and the stitch job (MLPs) asked for a GPU
     # (resources: gpu=1 -> sbatch --gpus=1).
     gpu = sorted(j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", ""))

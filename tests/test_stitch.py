@@ -7,7 +7,7 @@ import pytest
 from scipy.stats import ortho_group
 from sklearn.metrics import r2_score
 
-from encmap.stitch import fit_affine, knn_agreement, scores, split_rows, stitch
+from encmap.similarity.stitch import fit_affine, knn_overlap, scores, split_rows, stitch
 from encmap.validation import EncmapError
 
 
@@ -32,7 +32,7 @@ def test_exact_affine_relation_is_recovered_on_held_out_rows():
     Y = X @ A + b
     sp = split_rows(len(X))
     s = stitch(X, Y, "affine", sp)
-    assert s["r2"] == pytest.approx(1.0, abs=1e-12) and s["mse"] < 1e-20 and s["knn10_agreement"] == 1.0
+    assert s["r2"] == pytest.approx(1.0, abs=1e-12) and s["mse"] < 1e-20 and s["knn10_overlap"] == 1.0
     assert np.allclose(s["singular_values"], np.linalg.svd(A, compute_uv=False))
     A2, b2 = fit_affine(X[sp.train], Y[sp.train])
     assert np.allclose(A2, A) and np.allclose(b2, b)
@@ -74,7 +74,7 @@ def test_r2_and_other_scores_agree_with_scikit_learn_and_hand_values():
     assert s["mse"] == pytest.approx(np.mean((Y - P) ** 2)) and s["mae"] == pytest.approx(np.mean(np.abs(Y - P)))
     # Hand values: identical rows have cosine 1 and full neighbour agreement; opposite rows -1.
     assert scores(Y, Y, k=5)["cosine"] == pytest.approx(1.0) and scores(Y, -Y, k=5)["cosine"] == pytest.approx(-1.0)
-    assert knn_agreement(Y, 2.0 * Y, 5) == 1.0 and 0 <= knn_agreement(Y, P, 5) < 0.5
+    assert knn_overlap(Y, 2.0 * Y, 5) == 1.0 and 0 <= knn_overlap(Y, P, 5) < 0.5
 
 
 def test_mlp_depth0_equals_the_affine_fit_and_deeper_fits_a_nonlinear_map():
@@ -92,7 +92,7 @@ def test_mlp_depth0_equals_the_affine_fit_and_deeper_fits_a_nonlinear_map():
 
 def test_bad_input():
     X = source()
-    with pytest.raises(EncmapError, match=r"same sentences: n = 400 \(source\) vs 399 \(target\)"):
+    with pytest.raises(EncmapError, match=r"stitching needs the same sentences in both spaces: n = 400 \(source\) vs n = 399 \(target\)"):
         stitch(X, X[:-1], "affine", split_rows(400))
     with pytest.raises(EncmapError, match="stitch method 'cca'"):
         stitch(X, X, "cca", split_rows(400))
@@ -102,7 +102,7 @@ def test_bad_input():
 
 def test_stacked_targets_fit_like_separate_ones():
     """Columnwise stitches fitted to several targets side by side equal the separate fits."""
-    from encmap.stitch import COLUMNWISE, fit_predict
+    from encmap.similarity.stitch import COLUMNWISE, fit_predict
 
     rng = np.random.default_rng(3)
     X = rng.standard_normal((120, 6))

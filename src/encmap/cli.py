@@ -10,16 +10,25 @@ from .validation import EncmapError
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .config import LAYOUT, artifact_paths, expand_encoders, load_params
+    from .encoders.variants import expand_encoders
+    from .layout import LAYOUT, artifact_paths
+    from .params import load_params
 
     ap = argparse.ArgumentParser(prog="encmap", description=__doc__)
     ap.add_argument("--params", default="params.yaml", help="params file (default: %(default)s)")
     sub = ap.add_subparsers(dest="cmd", required=True)
     sub.add_parser("check", help="validate the params file against the schema")
+    sub.add_parser("params-doc", help="every params.yaml key with its type and description (docs/parameters.md)")
     sub.add_parser("encoders", help="list every encoder: id, model, layer, pooling, dim (TSV)")
     t = sub.add_parser("targets", help="per-encoder Snakemake targets of one stage")
     t.add_argument("stage", choices=sorted(LAYOUT))
     t.add_argument("models", nargs="*", help="model ids (default: all)")
+    d = sub.add_parser("deps", help="the code each DVC stage runs (what dvc.yaml must list as its deps)")
+    d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
+    d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
+    mode = d.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 naming each code dep dvc.yaml misses or lists extra")
+    mode.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml (data deps kept)")
     s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
     s.add_argument("path")
     p = sub.add_parser("place", help="place a new encoder on the run's map (no refit) and list its neighbours")
@@ -57,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
             return _place(args)
         if args.cmd == "regress":
             from .io import atomic_write_text
-            from .pipeline.regression import regress_tables
+            from .pipeline.regress import regress_tables
 
             text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"],
                                   args.jobs)
@@ -65,10 +74,19 @@ def main(argv: list[str] | None = None) -> int:
             if args.out:
                 atomic_write_text(args.out, text)
             return 0
-        if args.cmd == "show":
-            from .pipeline.backbone import describe
+        if args.cmd == "deps":
+            return _deps(args)
+        if args.cmd == "params-doc":
+            from .params import parameters_markdown
 
-            print(describe(args.path))
+            print(parameters_markdown(), end="")
+            return 0
+        if args.cmd == "show":
+            import json
+
+            from .io import read_h5
+
+            print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
             return 0
         params = load_params(args.params)
         if args.cmd == "check":
@@ -84,11 +102,31 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _deps(args) -> int:
+    from .deps import check_dvc_yaml, dvc_stages, stage_code, write_dvc_yaml
+
+    if args.check:
+        problems = check_dvc_yaml(args.root)
+        for line in problems:
+            print(line)
+        print(f"dvc.yaml: {len(problems)} code deps differ from what the stages run" if problems
+              else "dvc.yaml: every stage lists exactly the code it runs")
+        return 1 if problems else 0
+    if args.write:
+        changed = write_dvc_yaml(args.root)
+        print("dvc.yaml: code deps rewritten" if changed else "dvc.yaml: already exact")
+        return 0
+    for stage in args.stages or list(dvc_stages(args.root)):
+        print(f"{stage}:")
+        print("".join(f"  - {f}\n" for f in stage_code(args.root, stage)), end="")
+    return 0
+
+
 def _mteb_scores(args) -> int:
     import csv
 
+    from .downstream.score_tables import mteb_scores, score_table_text
     from .io import atomic_write_text
-    from .scoretables import mteb_scores, score_table_text
 
     try:
         rows = list(csv.DictReader(open(args.models, encoding="utf-8")))
@@ -106,7 +144,7 @@ def _mteb_scores(args) -> int:
 def _place(args) -> int:
     import yaml
 
-    from .pipeline.place import append_to_params, default_model_id, place_encoder, place_spec, source_ref
+    from .place import append_to_params, default_model_id, place_encoder, place_spec, source_ref
 
     if args.spec:
         try:

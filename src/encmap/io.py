@@ -1,4 +1,4 @@
-"""Artifact I/O: atomic text and HDF5 writes that reproduce byte for byte.
+"""Artifact I/O: atomic writes that reproduce byte for byte, file hashes, the curated sentence file.
 
 HDF5 files are written with ``track_times=False`` (else identical reruns differ and DVC sees a
 change), into a temporary file beside the target that is renamed over it only when complete,
@@ -9,9 +9,11 @@ so a failed job leaves no partial artifact. Tracked files are only ever opened r
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 import os
+import shutil
 import tempfile
 import time
 from contextlib import contextmanager
@@ -116,3 +118,73 @@ def read_h5(path: str | Path, names: list[str] | None = None) -> tuple[dict[str,
     except OSError as e:
         raise EncmapError(f"{p}: not a readable HDF5 file ({e})") from None
     return data, attrs
+
+
+def swap_dir(out: str | Path, write) -> None:
+    """Fill a temporary sibling directory with ``write(tmp)``, then swap it in for ``out``.
+
+    Temporary names end in ``.tmp`` (ignored by git and DVC). A job killed mid-write leaves
+    one behind; the next run of the same step removes it.
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    for stale in out.parent.glob(f".{out.name}.*.tmp"):
+        shutil.rmtree(stale, ignore_errors=True)
+    tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    try:
+        write(tmp)
+        tmp.chmod(0o755)  # mkdtemp makes 0700
+        if out.exists():
+            shutil.rmtree(out)
+        tmp.rename(out)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def save_figure(fig, png: str | Path, svg: str | Path) -> None:
+    """Write a matplotlib figure as PNG and SVG without timestamps, atomically, and close it.
+
+    No dates in the metadata (and a fixed ``svg.hashsalt``, set by the caller's style), so the
+    same figure gives the same bytes and DVC sees no change on a rerun.
+    """
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    with atomic_path(png) as tmp:
+        fig.savefig(tmp, format="png", metadata={"Software": None})
+    with atomic_path(svg) as tmp:
+        fig.savefig(tmp, format="svg", metadata={"Date": None, "Creator": None})
+    plt.close(fig)
+
+
+def rounded(obj: Any, digits: int = 6) -> Any:
+    """Metrics rounded for reading (NaN becomes null, which JSON can hold)."""
+    if isinstance(obj, dict):
+        return {k: rounded(v, digits) for k, v in obj.items()}
+    if isinstance(obj, float):
+        return None if not np.isfinite(obj) else round(obj, digits)
+    return obj
+
+
+def update_sha256(h: "hashlib._Hash", path: str | Path) -> None:
+    """Feed a file into a running sha256, 1 MiB at a time."""
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+
+
+def file_sha256(path: str | Path) -> str:
+    """sha256 of one file's bytes."""
+    h = hashlib.sha256()
+    update_sha256(h, path)
+    return h.hexdigest()
+
+
+def read_sentences(path: str | Path) -> list[str]:
+    """Read a curated sentence file (one sentence a line, UTF-8)."""
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise EncmapError(f"{p}: not valid UTF-8 ({e.reason})") from None
+    return text.splitlines()

@@ -75,6 +75,35 @@ def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) 
     return A
 
 
+def check_same_sentences(X: Any, Y: Any, what: str, names: tuple[str, str] = ("X", "Y"),
+                         min_rows: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """Validate two embedding matrices of the same sentences and return them as float64.
+
+    Parameters
+    ----------
+    X, Y : array_like, shapes (n, d) and (n, d')
+        Row i of both is sentence i.
+    what : str
+        The measure that compares them (for messages), e.g. ``"CKA"``.
+    names : (str, str)
+        What X and Y are (for messages), e.g. ``("source", "target")``.
+    min_rows : int
+        Fewest sentences the measure is defined for.
+
+    Returns
+    -------
+    X, Y : ndarray, shapes (n, d) and (n, d'), float64, C-contiguous
+    """
+    A = check_embeddings(X, names[0])
+    B = check_embeddings(Y, names[1])
+    if A.shape[0] != B.shape[0]:
+        raise EncmapError(f"{what} needs the same sentences in both spaces: n = {A.shape[0]} ({names[0]}) "
+                          f"vs n = {B.shape[0]} ({names[1]})")
+    if A.shape[0] < min_rows:
+        raise EncmapError(f"{what} needs at least {min_rows} sentences, got n = {A.shape[0]}")
+    return A, B
+
+
 def degenerate_reason(E: Any, rtol: float = 1e-5) -> str | None:
     """Why an embedding matrix carries no information about its sentences, or None.
 

@@ -1,0 +1,17 @@
+# One job per encoder: QRE features w.r.t. the unit base encoder, one value per sentence.
+rule features:
+    input:
+        LAYOUT["pip"],
+        "results/embeddings/{model}",  # U is derived from them (the PIP artifact stores no U)
+    output:
+        LAYOUT["features"],
+    params:
+        direction=config["qre"]["direction"],
+        eps=config["qre"]["eps"],
+    threads: 1
+    log:
+        "logs/features/{model}/{encoder}.log",
+    run:
+        from encmap.jobs import in_process
+
+        in_process(SCRIPTS / "features.py", input, output, params, wildcards, threads, log, resources)

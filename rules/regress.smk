@@ -1,0 +1,24 @@
+# Predict every task's main score from the QRE features: ElasticNet on PCA and ridge, grouped
+# (leave-one-model-out) vs random CV, against baselines; the fitted regressors serve `encmap place`.
+rule regress:
+    input:
+        features="results/features/qre.h5",
+        evals=expand("results/eval/{model}", model=MODELS),
+        tables=[t["path"] for t in config["regress"]["score_tables"]],
+    output:
+        metrics="results/regression/metrics.json",
+        table="results/regression/table.csv",
+        predictions="results/regression/predictions.csv",
+        scores="results/regression/scores.csv",
+        regressors="results/regression/regressors.h5",
+        figure_png="results/regression/figures/predicted.png",
+        figure_svg="results/regression/figures/predicted.svg",
+    params:
+        regress=config["regress"],
+    conda:
+        "../envs/encmap.yaml"
+    threads: 8  # scaled down to --cores: worker processes for the fits, one BLAS thread each
+    log:
+        "logs/regress.log",
+    script:
+        "../scripts/regress.py"

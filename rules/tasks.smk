@@ -1,0 +1,14 @@
+# The offline evaluation tasks, built once (probe sentences removed, counted per task).
+rule tasks:
+    input:
+        SENTENCES,
+    output:
+        "data/eval/tasks.json",
+    params:
+        evaluate=config["evaluate"],
+    conda:
+        "../envs/encmap.yaml"
+    log:
+        "logs/tasks.log",
+    script:
+        "../scripts/tasks.py"

@@ -1,0 +1,341 @@
+"""What code each workflow stage runs: the files its DVC stage must depend on, no more, no fewer.
+
+A stage's job is declared by ``rules/<stage>.smk`` and runs ``scripts/<stage>.py`` (a ``script:``
+rule, or a ``run:`` block that hands the script to :func:`encmap.jobs.in_process`). Its code
+dependencies are those two files, ``scripts/_log.py`` when the script imports it, and every
+encmap module the job can execute, found by following imports from the rule's ``run:`` block and
+the script:
+
+- through the *functions that are reached*, not whole modules: importing ``f`` from a module
+  executes that module's top level and makes ``f`` reachable; ``f``'s body (its lazy imports and
+  the module's own helpers it calls) is followed in turn, and nothing else of the module is;
+- a class is followed whole (all its methods); importing a module object (``import encmap.x``,
+  ``from encmap import x``) follows all of it;
+- every package whose module is executed runs its ``__init__.py`` (kept docstring-only);
+- a function that imports modules by name (``importlib.import_module(<expression>)``) must sit in
+  a module that declares the package it loads from in a module-level ``LOADS_BY_NAME``; every
+  module of that package is reached and the stage depends on the package's directory. An
+  undeclared dynamic import is an error, so a dependency can never be missed silently.
+
+Not followed: ``rules/common.smk`` and the Snakefile, with what they import (``encmap.params``,
+``encmap.layout``, the schema). They validate params and name the files before any job starts:
+they decide *whether and which* jobs run, never what a job writes, and DVC hashes the params'
+values itself. An edit to them (a new parameter's description, a better error message) must not
+make every stage of a thousand-model map stale.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .validation import EncmapError
+
+#: Workflow files that are code but no stage's dependency (see the module docstring).
+NOT_STAGE_CODE = ("Snakefile", "rules/common.smk")
+
+_MODULE = "<module>"  # the symbol standing for a module's top-level code
+_SMK_IMPORT = re.compile(r"^\s*(?:from\s+(encmap[\w.]*)\s+import\s+([\w\s,()]+?)|import\s+(encmap[\w.]*))\s*$", re.M)
+_SMK_SCRIPT = re.compile(r"(?:\.\./scripts/|SCRIPTS / \")(\w+\.py)")
+
+
+@dataclass
+class _Module:
+    """One parsed encmap module: its top-level definitions and what its top-level imports bind."""
+
+    name: str
+    path: Path
+    is_package: bool
+    tree: ast.Module
+    defs: dict[str, ast.AST] = field(default_factory=dict)
+    bindings: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, symbol or <module>)
+    loads_by_name: str | None = None
+
+
+class Reach:
+    """Import reachability over the encmap package under ``root/src``."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+        self.src = self.root / "src"
+        self._modules: dict[str, _Module | None] = {}
+        self.files: set[Path] = set()
+        self.dirs: set[Path] = set()
+        self._done: set[tuple[str, str]] = set()
+
+    # ------------------------------------------------------------------ modules
+    def module(self, name: str) -> _Module | None:
+        """The parsed module ``name`` (e.g. ``encmap.io``), or None if it is no encmap module."""
+        if name in self._modules:
+            return self._modules[name]
+        base = self.src / Path(*name.split("."))
+        path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+        mod = None
+        if name.split(".")[0] == "encmap" and path.is_file():
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            mod = _Module(name, path, path.name == "__init__.py", tree)
+            for node in tree.body:
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    mod.defs[node.name] = node
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    mod.bindings.update(self._bind(mod, node))
+                elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "LOADS_BY_NAME"
+                                                          for t in node.targets):
+                    if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
+                        raise EncmapError(f"{path}: LOADS_BY_NAME must be a string literal (a package name)")
+                    mod.loads_by_name = node.value.value
+        self._modules[name] = mod
+        return mod
+
+    def _absolute(self, mod: _Module, node: ast.ImportFrom) -> str:
+        if not node.level:
+            return node.module or ""
+        package = mod.name.split(".") if mod.is_package else mod.name.split(".")[:-1]
+        base = package[:len(package) - (node.level - 1)]
+        return ".".join(base + ([node.module] if node.module else []))
+
+    def _bind(self, mod: _Module, node: ast.Import | ast.ImportFrom) -> dict[str, tuple[str, str]]:
+        """Names an import statement binds to encmap modules or symbols."""
+        out: dict[str, tuple[str, str]] = {}
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "encmap":
+                    # `import encmap.x.y as z` binds z to encmap.x.y; without `as`, it binds `encmap`.
+                    out[a.asname or "encmap"] = (a.name if a.asname else "encmap", _MODULE)
+            return out
+        base = self._absolute(mod, node)
+        if base.split(".")[0] != "encmap":
+            return out
+        for a in node.names:
+            sub = f"{base}.{a.name}"
+            if self.module(sub) is not None:
+                out[a.asname or a.name] = (sub, _MODULE)
+            else:
+                out[a.asname or a.name] = (base, a.name)
+        return out
+
+    # ------------------------------------------------------------------ reaching
+    def reach(self, module: str, symbol: str = _MODULE) -> None:
+        """Mark ``module.symbol`` as executed and follow everything it can run."""
+        todo = [(module, symbol)]
+        while todo:
+            key = todo.pop()
+            if key in self._done:
+                continue
+            self._done.add(key)
+            name, sym = key
+            mod = self.module(name)
+            if mod is None:
+                continue
+            if sym == _MODULE:
+                self.files.add(mod.path)
+                parts = name.split(".")
+                todo += [(".".join(parts[:i]), _MODULE) for i in range(1, len(parts))]  # package __init__s
+                todo += self._follow(mod, [n for n in mod.tree.body if not isinstance(
+                    n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))] + self._def_headers(mod), mod.bindings)
+                continue
+            todo.append((name, _MODULE))  # importing a symbol runs its module's top level
+            if sym in mod.defs:
+                node = mod.defs[sym]
+                body = node.body if not isinstance(node, ast.ClassDef) else [node]
+                todo += self._follow(mod, body, mod.bindings | self._local_bindings(mod, node), where=sym)
+            elif sym in mod.bindings:  # a name the module imports itself (a re-export)
+                todo.append(mod.bindings[sym])
+
+    @staticmethod
+    def _def_headers(mod: _Module) -> list[ast.AST]:
+        """Decorators, default values and base classes of top-level defs: they run at import."""
+        out: list[ast.AST] = []
+        for node in mod.defs.values():
+            out += list(node.decorator_list)
+            if isinstance(node, ast.ClassDef):
+                out += list(node.bases)
+            else:
+                out += list(node.args.defaults) + [d for d in node.args.kw_defaults if d is not None]
+        return out
+
+    def _local_bindings(self, mod: _Module, node: ast.AST) -> dict[str, tuple[str, str]]:
+        """Names bound by imports inside a def (lazy imports), anywhere in its body."""
+        out: dict[str, tuple[str, str]] = {}
+        for n in ast.walk(node):
+            if isinstance(n, (ast.Import, ast.ImportFrom)) and n is not node:
+                out.update(self._bind(mod, n))
+        return out
+
+    def _follow(self, mod: _Module, nodes: list[ast.AST], bindings: dict[str, tuple[str, str]],
+                where: str = _MODULE) -> list[tuple[str, str]]:
+        """Symbols the given code can run: imports it executes, helpers and imported names it uses."""
+        out: list[tuple[str, str]] = []
+        for top in nodes:
+            for n in ast.walk(top):
+                if isinstance(n, (ast.Import, ast.ImportFrom)):
+                    for target in self._bind(mod, n).values():
+                        out.append(target)
+                        if target[1] != _MODULE:
+                            out.append((target[0], _MODULE))
+                    if isinstance(n, ast.Import):  # `import encmap.a.b` executes encmap.a.b
+                        out += [(a.name, _MODULE) for a in n.names if a.name.split(".")[0] == "encmap"]
+                elif isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Store):
+                    if n.id in mod.defs:
+                        out.append((mod.name, n.id))
+                    elif n.id in bindings:
+                        out += self._whole_if_module(bindings[n.id])
+                elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) and n.value.id in bindings:
+                    target = bindings[n.value.id]
+                    if target[1] == _MODULE:
+                        sub = f"{target[0]}.{n.attr}"
+                        out.append((sub, _MODULE) if self.module(sub) is not None else (target[0], n.attr))
+                elif isinstance(n, ast.Call) and self._is_dynamic_import(n):
+                    out += self._dynamic(mod, where)
+        return out
+
+    def _whole_if_module(self, target: tuple[str, str]) -> list[tuple[str, str]]:
+        """A module object used other than by attribute: everything in it may run."""
+        name, sym = target
+        if sym != _MODULE:
+            return [target]
+        mod = self.module(name)
+        return [target] + ([(name, d) for d in mod.defs] if mod else [])
+
+    @staticmethod
+    def _is_dynamic_import(call: ast.Call) -> bool:
+        f = call.func
+        named = (isinstance(f, ast.Attribute) and f.attr == "import_module") or \
+            (isinstance(f, ast.Name) and f.id == "import_module")
+        return named and not (call.args and isinstance(call.args[0], ast.Constant))
+
+    def _dynamic(self, mod: _Module, where: str) -> list[tuple[str, str]]:
+        if mod.loads_by_name is None:
+            raise EncmapError(f"{mod.path}: {where} imports modules by name but the module declares no "
+                              "LOADS_BY_NAME (the package it loads them from), so the stages that run it "
+                              "cannot know their code")
+        pkg = self.module(mod.loads_by_name)
+        if pkg is None or not pkg.is_package:
+            raise EncmapError(f"{mod.path}: LOADS_BY_NAME = {mod.loads_by_name!r} is not an encmap package")
+        self.dirs.add(pkg.path.parent)
+        out = [(mod.loads_by_name, _MODULE)]
+        for f in sorted(pkg.path.parent.glob("*.py")):
+            if f.name != "__init__.py":
+                sub = f"{mod.loads_by_name}.{f.stem}"
+                out += self._whole_if_module((sub, _MODULE))
+        return out
+
+
+def _smk_entries(text: str) -> list[tuple[str, str]]:
+    """encmap symbols that a rule file's Python lines import (a ``run:`` block's imports)."""
+    out = []
+    for m in _SMK_IMPORT.finditer(text):
+        if m.group(3):
+            out.append((m.group(3), _MODULE))
+        else:
+            names = [x.strip().split(" as ")[0] for x in m.group(2).replace("(", "").replace(")", "").split(",")]
+            out += [(m.group(1), n) for n in names if n]
+    return out
+
+
+def stage_code(root: str | Path, stage: str) -> list[str]:
+    """The code files (relative to ``root``) that DVC stage ``stage`` must depend on, sorted.
+
+    Directories stand for every module of a package that is loaded by name (``LOADS_BY_NAME``).
+    """
+    root = Path(root)
+    rule = root / "rules" / f"{stage}.smk"
+    if not rule.is_file():
+        raise EncmapError(f"stage {stage!r}: no rule file {rule.relative_to(root)} (one rule file per stage)")
+    text = rule.read_text(encoding="utf-8")
+    reach = Reach(root)
+    files = {rule}
+    entries = _smk_entries(text)
+    scripts = sorted(set(_SMK_SCRIPT.findall(text)))
+    if scripts != [f"{stage}.py"]:
+        raise EncmapError(f"{rule.relative_to(root)}: runs scripts {scripts}, expected exactly scripts/{stage}.py")
+    script = root / "scripts" / scripts[0]
+    files.add(script)
+    tree = ast.parse(script.read_text(encoding="utf-8"), filename=str(script))
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            if node.module.split(".")[0] == "encmap":
+                entries += [(node.module, a.name) for a in node.names]
+            elif (root / "scripts" / f"{node.module}.py").is_file():
+                files.add(root / "scripts" / f"{node.module}.py")
+        elif isinstance(node, ast.Import):
+            entries += [(a.name, _MODULE) for a in node.names if a.name.split(".")[0] == "encmap"]
+    for module, symbol in entries:
+        reach.reach(module, symbol)
+    files |= {f for f in reach.files if not any(d in f.parents for d in reach.dirs)}
+    out = sorted(str(f.relative_to(root)) for f in files) + sorted(str(d.relative_to(root)) for d in reach.dirs)
+    return sorted(out)
+
+
+def is_code(dep: str) -> bool:
+    """Whether a dvc.yaml dependency is workflow code (rules, scripts, the package's sources)."""
+    return dep.startswith(("rules/", "scripts/", "src/")) or dep in NOT_STAGE_CODE
+
+
+def dvc_stages(root: str | Path) -> dict[str, list[str]]:
+    """Each stage of ``root/dvc.yaml`` with its deps as written (``foreach`` stages by their ``do``)."""
+    import yaml
+
+    p = Path(root) / "dvc.yaml"
+    stages = yaml.safe_load(p.read_text(encoding="utf-8"))["stages"]
+    return {name: list((st.get("do") or st).get("deps", [])) for name, st in stages.items()}
+
+
+def check_dvc_yaml(root: str | Path) -> list[str]:
+    """Every difference between the code deps ``dvc.yaml`` lists and what each stage runs.
+
+    Returns
+    -------
+    list of str
+        One line per missing or extra dependency (empty when dvc.yaml is exact).
+    """
+    problems = []
+    for stage, deps in dvc_stages(root).items():
+        listed = {d.rstrip("/") for d in deps if is_code(d)}
+        needed = set(stage_code(root, stage))
+        problems += [f"stage {stage}: missing {d} (the stage runs it)" for d in sorted(needed - listed)]
+        problems += [f"stage {stage}: extra {d} (the stage never runs it)" for d in sorted(listed - needed)]
+    return problems
+
+
+def write_dvc_yaml(root: str | Path) -> bool:
+    """Rewrite the code deps of every stage in ``root/dvc.yaml`` to :func:`stage_code`, in place.
+
+    Data deps, comments and everything else are kept as written; the code deps of a stage follow
+    its other deps, sorted. Returns whether the file changed.
+    """
+    p = Path(root) / "dvc.yaml"
+    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
+    stage_re = re.compile(r"^  ([A-Za-z0-9_-]+):\s*$")
+    out: list[str] = []
+    stage = None
+    i = 0
+    while i < len(lines):
+        line = lines[i]
+        m = stage_re.match(line)
+        if m:
+            stage = m.group(1)
+        dm = re.match(r"^(\s+)deps:\s*$", line)
+        if dm and stage is not None:
+            out.append(line)
+            i += 1
+            items: list[str] = []
+            indent = None
+            while i < len(lines) and re.match(r"^\s+- ", lines[i]):
+                indent = indent or lines[i][:lines[i].index("-")]
+                items.append(lines[i])
+                i += 1
+            kept = [x for x in items if not is_code(x.strip()[2:].strip())]
+            out += kept + [f"{indent}- {d}\n" for d in stage_code(root, stage)]
+            continue
+        out.append(line)
+        i += 1
+    text = "".join(out)
+    changed = text != p.read_text(encoding="utf-8")
+    if changed:
+        from .io import atomic_write_text
+
+        atomic_write_text(p, text)
+    return changed

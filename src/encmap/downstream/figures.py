@@ -1,0 +1,51 @@
+"""The regression's figure: predicted vs actual scores (matplotlib); reproducible bytes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ..io import save_figure
+
+
+def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, svg: str | Path,
+                     features: str = "qre") -> None:
+    """Predicted vs actual score per task (rows) and CV protocol (columns), both regressors.
+
+    ``rows`` are out-of-fold predictions (task, protocol, features, regressor, model, actual,
+    predicted); only those of ``features`` are drawn, each point coloured by its regressor.
+    A dashed line marks predicted = actual.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.stats import spearmanr
+
+    plt.rcParams["svg.hashsalt"] = "encmap"
+    protocols = ("grouped", "random")
+    regressors = sorted({r["regressor"] for r in rows if r["features"] == features})
+    colours = dict(zip(regressors, ("tab:blue", "tab:orange", "tab:green")))
+    fig, axes = plt.subplots(len(tasks), 2, figsize=(7.0, 2.6 * len(tasks)), squeeze=False)
+    for i, task in enumerate(tasks):
+        for j, prot in enumerate(protocols):
+            ax = axes[i, j]
+            sel = [r for r in rows if r["task"] == task and r["protocol"] == prot and r["features"] == features]
+            vals = [v for r in sel for v in (r["actual"], r["predicted"])]
+            for reg in regressors:
+                pts = [r for r in sel if r["regressor"] == reg]
+                a, p = np.array([r["actual"] for r in pts]), np.array([r["predicted"] for r in pts])
+                rho = spearmanr(a, p).statistic if len(pts) > 2 and np.ptp(a) > 0 and np.ptp(p) > 0 else np.nan
+                ax.scatter(a, p, s=12, alpha=0.75, color=colours[reg], label=f"{reg} (Spearman {rho:.2f})")
+            if vals:
+                lo, hi = min(vals), max(vals)
+                ax.plot([lo, hi], [lo, hi], ls="--", lw=0.8, color="grey")
+            ax.set_title(f"{task}: {prot} CV, {features} features", fontsize=9)
+            ax.set_xlabel("actual", fontsize=8)
+            ax.set_ylabel("predicted", fontsize=8)
+            ax.tick_params(labelsize=7)
+            if sel:
+                ax.legend(fontsize=6, loc="best")
+    save_figure(fig, png, svg)

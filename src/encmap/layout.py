@@ -1,0 +1,45 @@
+"""Where the workflow's artifacts live: per-encoder paths and figure names.
+
+Every per-encoder path follows from params.yaml alone (:func:`encmap.encoders.variants.expand_encoders`),
+so Snakemake knows the whole DAG before any job runs and ``encmap targets`` can name a model's
+files for DVC.
+"""
+
+from __future__ import annotations
+
+from .encoders.variants import expand_encoders
+from .validation import EncmapError
+
+# Per-encoder artifacts (Snakemake outputs of rules pip and features); one file per encoder
+# inside a directory per model, which is what DVC tracks.
+LAYOUT = {
+    "pip": "results/pip/{model}/{encoder}.h5",
+    "features": "results/features/encoders/{model}/{encoder}.h5",
+}
+
+
+#: Heatmaps of the agreement step (``results/similarity/figures/<name>.png|svg``).
+HEATMAPS = ("cka_linear", "cka_rbf", "stitch_r2")
+
+
+def similarity_figures() -> dict[str, str]:
+    """Heatmaps of the agreement step, by Snakemake output name (``png_<name>``, ``svg_<name>``)."""
+    return {f"{ext}_{h}": f"results/similarity/figures/{h}.{ext}" for h in HEATMAPS for ext in ("png", "svg")}
+
+
+def map_figures(fields: list[str]) -> dict[str, str]:
+    """Static figures of the map stage, by Snakemake output name (``png_<field>``, ``svg_<field>``)."""
+    return {f"{ext}_{f}": f"results/map/figures/map_{f}.{ext}" for f in fields for ext in ("png", "svg")}
+
+
+def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None = None) -> list[str]:
+    """Per-encoder artifact paths of ``stage`` (a key of :data:`LAYOUT`), sorted by encoder id.
+
+    ``only``: restrict to these model ids (unknown ids are an error naming them).
+    """
+    unknown = sorted(set(only or ()) - set(models))
+    if unknown:
+        raise EncmapError(f"unknown model {unknown[0]!r}; params have {sorted(models)}")
+    keep = set(only or models)
+    return [LAYOUT[stage].format(model=v.model, encoder=e)
+            for e, v in sorted(expand_encoders(models).items()) if v.model in keep]

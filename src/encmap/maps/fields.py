@@ -1,0 +1,84 @@
+"""What the map says about each encoder: metadata fields, and the CSV tables of the map stage.
+
+Pure data (records in, strings out); no file I/O. An encoder *record* is what
+:func:`encmap.artifacts.features.encoder_record` stores in ``qre.h5``: ``id``, ``model``,
+``layer``, ``pooling``, ``dim`` (truncation), ``d`` (width) and the model's ``meta``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..io import csv_cell
+from ..validation import EncmapError
+
+#: Metadata fields a map can be coloured by, in column order.
+FIELDS = ("model", "family", "architecture", "layer", "pooling", "dimension", "parameters",
+          "languages", "objective", "kind")
+#: Fields whose values are numbers (coloured on a scale when they take many values).
+NUMERIC_FIELDS = ("layer", "dimension", "parameters")
+
+
+def check_fields(fields: Sequence[str], what: str = "map.fields") -> list[str]:
+    """Return ``fields`` if every one is a known metadata field, else raise naming the first unknown."""
+    bad = [f for f in fields if f not in FIELDS]
+    if bad:
+        raise EncmapError(f"{what}: unknown metadata field {bad[0]!r}; fields are {list(FIELDS)}")
+    if not fields:
+        raise EncmapError(f"{what}: name at least one metadata field")
+    return list(fields)
+
+
+def field_values(record: dict[str, Any]) -> dict[str, Any]:
+    """One encoder's metadata fields (None where not applicable, e.g. the layer of an output)."""
+    meta = record.get("meta") or {}
+    missing = [k for k in ("family", "architecture", "parameters", "languages", "objective", "kind") if k not in meta]
+    if missing:
+        raise EncmapError(f"encoder {record.get('id')!r}: meta has no {missing[0]!r} (params.yaml models.<model>.meta)")
+    langs = meta["languages"]
+    return {
+        "model": record["model"], "family": meta["family"], "architecture": meta["architecture"],
+        "layer": record["layer"], "pooling": record["pooling"], "dimension": int(record["d"]),
+        "parameters": meta["parameters"], "languages": ",".join(langs) if langs else "none",
+        "objective": meta["objective"], "kind": meta["kind"],
+    }
+
+
+def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict]) -> str:
+    """``encoder,x,y,<every field>``: one row per encoder, in the order given."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["encoder", "x", "y", *FIELDS])
+    for e, (x, y), r in zip(ids, np.asarray(coords, dtype=np.float64), records):
+        vals = field_values(r)
+        w.writerow([e, csv_cell(float(x)), csv_cell(float(y)), *(csv_cell(vals[f]) for f in FIELDS)])
+    return buf.getvalue()
+
+
+def neighbours_csv(ids: Sequence[str], idx: np.ndarray, dist: np.ndarray, metric: str,
+                   names: Sequence[str] | None = None) -> str:
+    """``encoder,rank,neighbour,distance,metric``: the k nearest of every encoder.
+
+    ``idx`` (m, k) indexes ``names`` (default ``ids``: neighbours among the same encoders).
+    """
+    names = ids if names is None else names
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["encoder", "rank", "neighbour", "distance", "metric"])
+    for i, e in enumerate(ids):
+        for r, (j, d) in enumerate(zip(idx[i], dist[i]), start=1):
+            w.writerow([e, r, names[j], csv_cell(float(d)), metric])
+    return buf.getvalue()
+
+
+def layer_paths(records: Sequence[dict]) -> list[list[int]]:
+    """Row indices of each (model, pooling) group's layer encoders, in layer order (>= 2 each)."""
+    groups: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for i, r in enumerate(records):
+        if r["layer"] is not None:
+            groups.setdefault((r["model"], r["pooling"]), []).append((int(r["layer"]), i))
+    return [[i for _, i in sorted(g)] for _, g in sorted(groups.items()) if len(g) >= 2]

@@ -1,0 +1,183 @@
+"""The 2-D map of encoders: t-SNE (openTSNE) fitted once, new encoders placed without refitting.
+
+Pure maths: arrays in, arrays out, explicit ``random_state``; no I/O.
+
+A map is fitted either on the m x n QRE feature matrix with a feature metric (ℓ1 by default:
+the method's claim is that ℓ1 between feature vectors approximates QRE), optionally after PCA,
+or on a precomputed m x m distance matrix (``exact-qre``: the symmetrised exact pairwise QRE).
+:class:`TSNEMap` keeps what is needed to place new encoders later without refitting
+(openTSNE's ``transform``): the reference coordinates and the space t-SNE ran in. It is stored
+as plain arrays, never pickled (a shared map must not execute code when it is opened).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..validation import EncmapError, check_perplexity, max_perplexity
+from .distances import FEATURE_METRICS, METRICS, PRECOMPUTED_METRICS
+
+
+@dataclass
+class TSNEMap:
+    """A fitted map and what placing new points on it needs.
+
+    Attributes
+    ----------
+    coords : ndarray, shape (m, 2)
+    space : ndarray, shape (m, p) or (m, m)
+        Rows t-SNE ran on: features (after PCA, when ``pca_dims`` > 0) for a feature metric;
+        the distance matrix for a precomputed one.
+    pca_mean, pca_components : ndarray, shapes (n,), (p, n); empty when no PCA
+    metric, perplexity, seed : the fitting parameters
+    """
+
+    coords: np.ndarray
+    space: np.ndarray
+    pca_mean: np.ndarray
+    pca_components: np.ndarray
+    metric: str
+    perplexity: float
+    seed: int
+
+    @property
+    def precomputed(self) -> bool:
+        return self.metric in PRECOMPUTED_METRICS
+
+    def project(self, F_new: np.ndarray) -> np.ndarray:
+        """New feature rows (k, n) into the space t-SNE ran on (k, p)."""
+        F_new = np.asarray(F_new, dtype=np.float64)
+        if self.pca_components.size == 0:
+            return F_new
+        return (F_new - self.pca_mean) @ self.pca_components.T
+
+
+def _affinities(space: np.ndarray, metric: str, perplexity: float, seed: int):
+    from openTSNE.affinity import PerplexityBasedNN
+
+    # Exact neighbours: deterministic, and cheap at the method's scale (m ~ 1,100).
+    name = "precomputed" if metric in PRECOMPUTED_METRICS else FEATURE_METRICS[metric]
+    name = "manhattan" if name == "cityblock" else name
+    return PerplexityBasedNN(space, perplexity=perplexity, method="exact", metric=name, n_jobs=1,
+                             random_state=seed)
+
+
+def fit_map(
+    X: np.ndarray,
+    *,
+    metric: str = "manhattan",
+    perplexity: float = 10.0,
+    pca_dims: int = 0,
+    n_iter: int = 750,
+    early_exaggeration_iter: int = 250,
+    init: str = "auto",
+    random_state: int = 0,
+) -> TSNEMap:
+    """Fit a 2-D t-SNE map (openTSNE, exact neighbours, Barnes-Hut gradients, one thread).
+
+    Parameters
+    ----------
+    X : ndarray, shape (m, n) features, or (m, m) distances when ``metric`` is precomputed
+    metric : one of :data:`METRICS`
+    perplexity : float, checked against m (:func:`check_perplexity`)
+    pca_dims : int
+        Reduce features to this many principal components first (0 = none; feature metrics only).
+    n_iter, early_exaggeration_iter : int
+        Iterations of the normal and the early-exaggeration phase.
+    init : {"auto", "pca", "spectral", "random"}
+        ``auto`` = PCA of the features for a feature metric, spectral (of the affinity graph)
+        for a precomputed one, where there are no coordinates to take components of.
+    random_state : int
+
+    Returns
+    -------
+    TSNEMap
+        Same inputs and parameters give bit-identical coordinates.
+    """
+    from openTSNE import TSNEEmbedding, initialization
+
+    if metric not in METRICS:
+        raise EncmapError(f"map.metric {metric!r}: choose one of {list(METRICS)}")
+    X = np.asarray(X, dtype=np.float64)
+    m = X.shape[0]
+    check_perplexity(perplexity, m)
+    if not np.all(np.isfinite(X)):
+        raise EncmapError("map input has NaN or infinite entries")
+    empty = np.zeros((0,))
+    mean, comps = empty, np.zeros((0, X.shape[1]))
+    if metric in PRECOMPUTED_METRICS:
+        if X.shape != (m, m) or not np.allclose(X, X.T, rtol=0, atol=1e-12 * max(1.0, np.abs(X).max())) \
+                or np.any(X < 0):
+            raise EncmapError(f"metric {metric!r} needs a symmetric, non-negative (m, m) distance matrix, "
+                              f"got shape {X.shape}")
+        if pca_dims:
+            raise EncmapError(f"map.pca_dims = {pca_dims}: PCA needs feature vectors, not metric {metric!r}; set 0")
+        if init == "pca":
+            raise EncmapError(f"map.init 'pca' needs feature vectors, not metric {metric!r}; use spectral or auto")
+        space = X
+    else:
+        space = X
+        if pca_dims:
+            k = min(pca_dims, m, X.shape[1])
+            mean = X.mean(axis=0)
+            # Full SVD of the centred rows: deterministic (no randomised solver), m x n is small.
+            _, _, Vt = np.linalg.svd(X - mean, full_matrices=False)
+            comps = Vt[:k]
+            # Fix each component's sign (largest |loading| positive) so reruns agree exactly.
+            signs = np.sign(comps[np.arange(k), np.argmax(np.abs(comps), axis=1)])
+            comps = comps * np.where(signs == 0, 1.0, signs)[:, None]
+            space = (X - mean) @ comps.T
+    aff = _affinities(space, metric, perplexity, random_state)
+    method = "spectral" if init == "auto" and metric in PRECOMPUTED_METRICS else ("pca" if init == "auto" else init)
+    if method == "pca":
+        Y0 = initialization.pca(space, random_state=random_state)
+    elif method == "spectral":
+        Y0 = initialization.spectral(aff.P, random_state=random_state)
+    elif method == "random":
+        Y0 = initialization.random(space, random_state=random_state)
+    else:
+        raise EncmapError(f"map.init {init!r}: choose auto, pca, spectral or random")
+    emb = TSNEEmbedding(Y0, aff, negative_gradient_method="bh", random_state=random_state, n_jobs=1)
+    # openTSNE's standard schedule: early exaggeration 12 at momentum 0.5, then 1 at 0.8.
+    emb = emb.optimize(n_iter=early_exaggeration_iter, exaggeration=12, momentum=0.5, learning_rate="auto")
+    emb = emb.optimize(n_iter=n_iter, exaggeration=1, momentum=0.8, learning_rate="auto")
+    return TSNEMap(np.array(emb), space, mean, comps, metric, float(perplexity), int(random_state))
+
+
+def place_on_map(tmap: TSNEMap, X_new: np.ndarray, *, n_iter: int = 250, random_state: int = 0) -> np.ndarray:
+    """Place new points on a fitted map without moving the reference points.
+
+    Parameters
+    ----------
+    tmap : TSNEMap
+    X_new : ndarray
+        Shape (k, n) feature rows for a feature metric (projected like the reference rows), or
+        (k, m) distances to the m reference encoders for a precomputed metric.
+    n_iter : int
+        Optimisation iterations of the new points (openTSNE's ``transform``).
+
+    Returns
+    -------
+    ndarray, shape (k, 2)
+        New points ignore each other; each is placed against the reference map alone.
+    """
+    from openTSNE import TSNEEmbedding
+
+    X_new = np.atleast_2d(np.asarray(X_new, dtype=np.float64))
+    m = tmap.coords.shape[0]
+    if tmap.precomputed:
+        if X_new.shape[1] != m:
+            raise EncmapError(f"placing on a {tmap.metric!r} map needs distances to its m = {m} encoders, "
+                              f"got shape {X_new.shape}")
+        query = X_new
+    else:
+        query = tmap.project(X_new)
+    aff = _affinities(tmap.space, tmap.metric, tmap.perplexity, tmap.seed)
+    # transform re-centres the reference embedding in place: hand it a copy.
+    ref = TSNEEmbedding(tmap.coords.copy(), aff, negative_gradient_method="bh", random_state=random_state, n_jobs=1)
+    perplexity = min(tmap.perplexity, max_perplexity(m + 1))
+    placed = ref.transform(query, perplexity=perplexity, n_iter=n_iter)
+    # Undo the re-centring so the new point lives in the stored map's coordinates.
+    return np.asarray(placed) + (tmap.coords.mean(axis=0) - np.asarray(ref).mean(axis=0))

@@ -1,0 +1,162 @@
+"""params.yaml: reading it (duplicate keys are errors) and validating it before any job starts.
+
+params.yaml is both Snakemake's config and DVC's params file. It is checked against the JSON
+schema beside this module (``params.schema.json``, one description per key: ``docs/parameters.md``
+is generated from it), then against the rules a schema cannot state (unique encoder ids,
+perplexity against the number of encoders, ...). This module only accepts or refuses params: it
+never changes a value, so it is no DVC dependency of any stage (see ``docs/pipeline.md``).
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from .encoders.variants import expand_encoders
+from .validation import EncmapError, check_perplexity
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (PyYAML silently keeps the last)."""
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bool = False) -> dict:
+    seen: dict[Any, Any] = {}
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=deep)
+        if key in seen:
+            raise EncmapError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} "
+                              f"(first at line {seen[key] + 1})")
+        seen[key] = key_node.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def parse_yaml(text: str, where: str) -> Any:
+    """Parse YAML safely; a duplicate key or a syntax error is an error naming ``where``."""
+    try:
+        return yaml.load(text, Loader=UniqueKeyLoader)
+    except EncmapError as e:
+        raise EncmapError(f"{where}: {e}") from None
+    except yaml.YAMLError as e:
+        raise EncmapError(f"{where}: not valid YAML: {e}") from None
+
+
+def schema() -> dict:
+    """The JSON schema of params.yaml (``params.schema.json`` beside this module)."""
+    return json.loads(resources.files("encmap").joinpath("params.schema.json").read_text())
+
+
+def load_params(path: str | Path) -> dict:
+    """Read and validate a params file; errors name the file and the offending key."""
+    p = Path(path)
+    if not p.exists():
+        raise EncmapError(f"{p}: params file not found")
+    params = parse_yaml(p.read_text(encoding="utf-8"), str(p))
+    validate_params(params, str(p))
+    return params
+
+
+def validate_params(params: Any, where: str = "params") -> None:
+    """Validate against the schema, then the rules a schema cannot state (unique encoder ids)."""
+    validator = jsonschema.Draft202012Validator(schema())
+    errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
+    if errors:
+        e = errors[0]
+        key = ".".join(str(x) for x in e.absolute_path) or "(top level)"
+        raise EncmapError(f"{where}: key {key}: {e.message}")
+    s = params["sentences"]
+    if s["min_words"] > s["max_words"]:
+        raise EncmapError(f"{where}: key sentences.min_words ({s['min_words']}) > max_words ({s['max_words']})")
+    names = [src["name"] for src in s["sources"]]
+    if len(set(names)) != len(names):
+        raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
+    encoders = expand_encoders(params["models"])
+    if "map" in params:
+        # The map has at most this many encoders (fewer if some are dropped): fail before any job.
+        check_perplexity(params["map"]["perplexity"], len(encoders), f"{where}: key map.perplexity")
+    if "similarity" in params:
+        sim = params["similarity"]
+        unknown = [e for e in sim["subset"]["encoders"] if e not in encoders]
+        if unknown:
+            raise EncmapError(f"{where}: key similarity.subset.encoders: no encoder {unknown[0]!r} in models")
+        st = sim["stitch"]
+        if st["val"] + st["test"] >= 1:
+            raise EncmapError(f"{where}: key similarity.stitch: val + test = {st['val'] + st['test']} leaves no "
+                              "training sentences (must be below 1)")
+
+
+def check_snakemake_config(config: dict, configfiles: list) -> None:
+    """Validate the config Snakemake loaded: each file for duplicate keys, then the merge."""
+    for f in configfiles:
+        parse_yaml(Path(str(f)).read_text(encoding="utf-8"), str(f))
+    validate_params(config, "config (" + ", ".join(map(str, configfiles)) + ")")
+
+
+def _type_text(node: dict) -> str:
+    """A schema node's type and constraints in a few words (for the parameters page)."""
+    if "const" in node:
+        return f"`{node['const']}`"
+    if "enum" in node:
+        return " \\| ".join(f"`{v}`" if v is not None else "`null`" for v in node["enum"])
+    if "$ref" in node:
+        return "model entry" if node["$ref"].endswith("/model") else "mapping"
+    t = node.get("type", "")
+    text = " or ".join(t) if isinstance(t, list) else str(t)
+    if "oneOf" in node or "anyOf" in node:
+        text = " or ".join(_type_text(x) for x in node.get("oneOf", node.get("anyOf", [])))
+    if t == "array" and isinstance(node.get("items"), dict):
+        inner = node["items"]
+        text = f"list of {_type_text(inner) if 'properties' not in inner else 'mappings'}"
+    bounds = [f"{op} {node[k]}" for k, op in (("minimum", "≥"), ("exclusiveMinimum", ">"), ("maximum", "≤"),
+                                              ("exclusiveMaximum", "<")) if k in node]
+    return text + (f" ({', '.join(bounds)})" if bounds else "")
+
+
+def _rows(node: dict, prefix: str) -> list[tuple[str, str, str]]:
+    rows = []
+    for key, sub in node.get("properties", {}).items():
+        path = f"{prefix}.{key}" if prefix else key
+        rows.append((path, _type_text(sub), sub.get("description", "")))
+        rows += _rows(sub, path)
+        if isinstance(sub.get("items"), dict) and "properties" in sub["items"]:
+            rows += _rows(sub["items"], f"{path}[]")
+    return rows
+
+
+def parameters_markdown() -> str:
+    """``docs/parameters.md``: every key of params.yaml with its type and description, from the schema.
+
+    ``encmap params-doc`` prints it; a test keeps the committed page equal to it.
+    """
+    s = schema()
+    lines = ["# Parameters", "",
+             "Every key of `params.yaml` (Snakemake's config and DVC's params file), generated from the schema",
+             "`src/encmap/params.schema.json` by `encmap params-doc > docs/parameters.md`. Every value that",
+             "changes a result is written in `params.yaml` explicitly (`encmap check` refuses a file that",
+             "leaves one out); the default run's values are in the repository's `params.yaml`.", ""]
+
+    def table(rows: list[tuple[str, str, str]]) -> None:
+        lines.extend(["| key | type | what |", "| --- | --- | --- |"])
+        bar = "\\|"  # a literal | inside a table cell
+        lines.extend(f"| `{k}` | {t} | {d.replace('|', bar)} |" for k, t, d in rows)
+        lines.append("")
+
+    for section, node in s["properties"].items():
+        lines += [f"## `{section}`", "", node.get("description", ""), ""]
+        if section == "models":
+            lines += ["`models.<id>`: one entry per model (id: path-safe, a-z 0-9 . _ -). Keys by backend are "
+                      "checked by the schema; the entry:", ""]
+            table(_rows(s["$defs"]["model"], "models.<id>"))
+            lines += ["`models.<id>.meta`:", ""]
+            table(_rows(s["$defs"]["meta"], "models.<id>.meta"))
+        elif _rows(node, section):
+            table(_rows(node, section))
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,44 @@
+"""Step of rule ``embed``: one model's forward pass, every encoder variant of it written at once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..encoders.embed import embed_model, model_device
+from ..encoders.result import library_versions
+from ..io import file_sha256, read_sentences, swap_dir, write_h5
+
+
+def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
+               threads: int | None = None, degenerate: str = "error") -> list[str]:
+    """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
+
+    Every variant is computed and checked before anything is written, and the directory is
+    swapped in whole, so a failing encoder leaves no partial artifact.
+    """
+    texts = read_sentences(sentences_path)
+    dev = model_device(spec, device)
+    res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
+    sha = file_sha256(sentences_path)
+    libraries = library_versions()  # the same for every variant: look them up once
+
+    def write(tmp: Path) -> None:
+        for v in res.variants:
+            write_h5(tmp / f"{v.id}.h5", {"embeddings": np.asarray(res.arrays[v.id], dtype=np.float32)}, {
+                "encoder": v.to_dict() | {"spec": {k: spec[k] for k in sorted(spec)}},
+                "encoder_id": v.id,
+                "model": model,
+                "provenance": res.provenance,
+                "degenerate": res.degenerate.get(v.id, ""),
+                "sentences_sha256": sha,
+                "n": len(texts),
+                "libraries": libraries,
+                "encmap_version": __version__,
+                "device_kind": dev.split(":")[0],
+            })
+
+    swap_dir(Path(outdir), write)
+    return [v.id for v in res.variants]

@@ -1,0 +1,73 @@
+"""Step of rule ``evaluate``: every encoder of one model scored on every task, from one forward pass."""
+
+from __future__ import annotations
+
+import json
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..artifacts.tasks import read_tasks, task_texts
+from ..downstream.metrics import score_tasks
+from ..encoders.embed import embed_model, model_device
+from ..io import file_sha256, read_sentences, rounded, swap_dir
+from ..parallel import map_single_threaded
+from ..validation import EncmapError
+
+#: Digits kept in score files: far below any difference that matters, and stable across BLAS builds.
+DIGITS = 6
+
+
+def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: str, outdir: str, *,
+                  evaluate: dict[str, Any], device: str = "auto", threads: int | None = None,
+                  degenerate: str = "error") -> list[str]:
+    """Score every encoder of one model on every task; ``<outdir>/<encoder>.json`` each.
+
+    All evaluation texts are embedded in one pass of the model, with the same machinery and
+    variant ids as the embed step; encoders fitted to a corpus (TF-IDF + SVD) are fitted on the
+    curated sentences, as for the map. With ``evaluate.mteb.tasks`` set (online), MTEB tasks by
+    name join them as ``mteb:<Task>`` (:mod:`encmap.downstream.mteb_tasks`). Nothing is
+    written unless every encoder is scored.
+    """
+    built = read_tasks(tasks_path)
+    sha = file_sha256(sentences)
+    if built["sentences_sha256"] != sha:
+        raise EncmapError(f"{tasks_path} was built against another sentence set than {sentences}; rerun 'tasks'")
+    tasks = built["tasks"]
+    texts = sorted({t for task in tasks.values() for t in task_texts(task)})
+    rows = {t: i for i, t in enumerate(texts)}
+    dev, probes = model_device(spec, device), read_sentences(sentences)
+
+    def embed(some: list[str]):
+        return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
+
+    res = embed(texts)
+    online = {}
+    if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
+        from ..downstream.mteb_tasks import mteb_tasks, run_mteb
+
+        online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
+                          lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
+    tasks_sha = file_sha256(tasks_path)
+    # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
+    scored = map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
+                                         random_state=evaluate["seed"]),
+                                 [res.arrays[v.id] for v in res.variants], threads)
+    results = {}
+    for v, scores in zip(res.variants, scored):
+        results[v.id] = {
+            "encoder_id": v.id, "model": model, "encoder": v.to_dict(),
+            "tasks": {name: rounded(s, DIGITS) | {"removed": tasks[name]["removed"]} for name, s in scores.items()}
+            | {name: rounded(s, DIGITS) for name, s in online.get(v.id, {}).items()},
+            "n_texts": len(texts), "degenerate": res.degenerate.get(v.id, ""), "tasks_sha256": tasks_sha,
+            "sentences_sha256": sha, "encmap_version": __version__}
+        print(f"{v.id}: " + ", ".join(f"{k} {s['main_score']:.3f}" for k, s in scores.items()), file=sys.stderr)
+
+    def write(tmp: Path) -> None:
+        for e, r in results.items():
+            (tmp / f"{e}.json").write_text(json.dumps(r, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+
+    swap_dir(Path(outdir), write)
+    return list(results)

@@ -1,0 +1,23 @@
+"""Step of rule ``features``: one encoder's QRE features w.r.t. the unit base encoder."""
+
+from __future__ import annotations
+
+from threadpoolctl import threadpool_limits
+
+from .. import __version__
+from ..artifacts.embeddings import CARRIED
+from ..artifacts.pip import load_spectrum
+from ..io import write_h5
+from ..qre.features import qre_features, qre_to_base
+
+
+def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
+    """QRE features (n,) of one encoder from its stored factored PIP."""
+    with threadpool_limits(threads):
+        spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
+        feats = qre_features(spec, direction=direction, eps=eps)
+        to_base = qre_to_base(spec, direction=direction, eps=eps)
+    write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in CARRIED} | {
+        "d": int(attrs["d"]), "direction": direction, "eps": eps,
+        "qre_to_base": to_base, "encmap_version": __version__,
+    })

@@ -1,0 +1,56 @@
+"""Step of rule ``gather``: every encoder's features stacked into the m x n matrix ``results/features/qre.h5``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..artifacts.features import encoder_record
+from ..io import atomic_write_json, read_h5, write_h5
+from ..validation import EncmapError
+
+
+def gather_step(feature_files: list[str], out: str, metrics: str | None = None) -> None:
+    """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
+
+    ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
+    the model's ``meta``), so the map labels each point from the artifact it was computed from.
+    Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
+    in the file's ``dropped`` attribute and in the metrics.
+    """
+    if not feature_files:
+        raise EncmapError(f"{out}: no encoder feature files to gather")
+    files = sorted(map(Path, feature_files), key=lambda p: p.stem)
+    rows, ids, meta, encoders, dropped = [], [], [], [], {}
+    first: dict[str, Any] | None = None
+    for f in files:
+        data, attrs = read_h5(f, ["features"])
+        key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")} | {"n": len(data["features"])}
+        if first is None:
+            first = key
+        elif key != first:
+            raise EncmapError(f"{f}: features disagree with {files[0]} on {key} vs {first}; rerun the stale encoder")
+        if attrs.get("degenerate"):
+            dropped[attrs["encoder_id"]] = attrs["degenerate"]
+            print(f"warning: encoder {attrs['encoder_id']!r} left off the map: {attrs['degenerate']}", file=sys.stderr)
+            continue
+        rows.append(data["features"])
+        ids.append(attrs["encoder_id"])
+        meta.append(float(attrs["qre_to_base"]))
+        encoders.append(json.dumps(encoder_record(attrs), sort_keys=True))
+    if not rows:
+        raise EncmapError(f"{out}: every encoder is degenerate ({sorted(dropped)}); nothing to map")
+    F = np.vstack(rows)
+    write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta),
+                   "encoders": np.array(encoders, dtype=object)},
+             first | {"m": F.shape[0], "dropped": dropped, "encmap_version": __version__})
+    if metrics:
+        atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped), "n": int(F.shape[1]),
+                                    "qre_to_base_mean": float(np.mean(meta)),
+                                    "qre_to_base_min": float(np.min(meta)),
+                                    "qre_to_base_max": float(np.max(meta))})

@@ -1,0 +1,83 @@
+"""Step of rule ``map``: the map of the encoders, its figures, page and faithfulness metrics."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..artifacts.features import read_feature_matrix
+from ..io import atomic_write_json, atomic_write_text, read_h5, rounded, write_h5
+from ..maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+from ..maps.faithfulness import adjacent_layer_share, l1_vs_exact_qre, neighbour_purity, separation, trustworthiness
+from ..maps.fields import check_fields, coords_csv, field_values, neighbours_csv
+from ..maps.figures import draw_map
+from ..maps.page import page_data, render_page
+from ..maps.tsne import fit_map
+from ..validation import EncmapError, check_perplexity
+
+
+def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any]) -> None:
+    """Fit the map and write every map output: coords, neighbours, figures, page, model, metrics.
+
+    ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
+    ``timing``, and ``png_<field>`` / ``svg_<field>``). Everything is validated and computed
+    before the first file is written.
+    """
+    fields = check_fields(params["fields"])
+    fm = read_feature_matrix(features)
+    F, ids, records = fm["F"], fm["ids"], fm["records"]
+    m = len(ids)
+    check_perplexity(params["perplexity"], m)
+    pw, pattrs = read_h5(pairwise, ["qre", "encoder_ids"])
+    if list(map(str, pw["encoder_ids"])) != ids or pattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"] \
+            or float(pattrs["eps"]) != float(fm["attrs"]["eps"]):
+        raise EncmapError(f"{pairwise} and {features} describe different encoders, sentence sets or eps "
+                          f"({pattrs['sentences_sha256'][:12]}… vs {fm['attrs']['sentences_sha256'][:12]}…); "
+                          "rerun the pairwise stage")
+    table = [field_values(r) for r in records]  # raises naming an encoder whose meta lacks a field
+    t0 = time.perf_counter()
+    L = feature_distances(F, "manhattan")
+    S = symmetrised_qre(pw["qre"])
+    metric = params["metric"]
+    X = S if metric == "exact-qre" else F
+    tmap = fit_map(X, metric=metric, perplexity=params["perplexity"], pca_dims=params["pca_dims"],
+                   n_iter=params["n_iter"], early_exaggeration_iter=params["early_exaggeration_iter"],
+                   init=params["init"], random_state=params["seed"])
+    fit_seconds = time.perf_counter() - t0
+    nn_idx, nn_dist = nearest_neighbours(L, params["neighbours"])
+
+    col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
+    pretrained = np.array([k == "pretrained" for k in col["kind"]])
+    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"]}
+    k = params["trustworthiness_k"]
+    for name, D in (("l1", L), ("exact_qre", S)):
+        purity = {f: neighbour_purity(D, col[f]) for f in ("model", "family", "pooling", "kind")}
+        block: dict[str, Any] = {f"purity_{f}": p["purity"] for f, p in purity.items()}
+        pp = neighbour_purity(D, col["model"], among=pretrained)
+        block |= {"purity_model_pretrained": pp["purity"], "purity_model_pretrained_count": pp["count"],
+                  "purity_model_chance": purity["model"]["chance"],
+                  "adjacent_layer_share": adjacent_layer_share(D, col["model"], col["pooling"], col["layer"])["share"],
+                  "trustworthiness": trustworthiness(D, tmap.coords, k)}
+        sep = separation(D, col["kind"], col["model"])
+        block |= {"control_separation_ratio": sep["ratio"], "silhouette_kind": sep["silhouette_kind"]}
+        metrics[name] = block
+    metrics["l1_vs_exact_qre"] = l1_vs_exact_qre(L, pw["qre"])
+    metrics["trustworthiness_k"] = k
+
+    write_h5(out["model"], {"coords": tmap.coords, "space": tmap.space, "pca_mean": tmap.pca_mean,
+                            "pca_components": tmap.pca_components, "encoder_ids": np.array(ids, dtype=object)}, {
+        "metric": metric, "perplexity": tmap.perplexity, "seed": tmap.seed, "eps": fm["attrs"]["eps"],
+        "direction": fm["attrs"]["direction"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
+        "neighbours": params["neighbours"], "encmap_version": __version__,
+        "note": "reference map for `encmap place`: coords (m, 2) and the rows t-SNE ran on (space)",
+    })
+    atomic_write_text(out["coords"], coords_csv(ids, tmap.coords, records))
+    atomic_write_text(out["neighbours"], neighbours_csv(ids, nn_idx, nn_dist, "l1"))
+    for f in fields:
+        draw_map(tmap.coords, records, f, out[f"png_{f}"], out[f"svg_{f}"])
+    atomic_write_text(out["html"], render_page(page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1")))
+    atomic_write_json(out["metrics"], rounded(metrics))
+    atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})

@@ -1,0 +1,27 @@
+"""Step of rule ``pip``: one encoder's exact factored PIP (``results/pip/<model>/<encoder>.h5``)."""
+
+from __future__ import annotations
+
+from threadpoolctl import threadpool_limits
+
+from .. import __version__
+from ..artifacts.embeddings import CARRIED, encoder_file
+from ..artifacts.pip import write_pip
+from ..io import read_h5
+from ..qre.spectrum import factor_pip, prepare_embeddings
+
+
+def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int, center: bool,
+             normalize_rows: bool, threads: int | None = None) -> None:
+    """Factored PIP (λ, trace, rank; V when it fits) of one encoder's embeddings ``<emb_dir>/<encoder>.h5``.
+
+    The format (U derived on read from the embeddings) is :mod:`encmap.artifacts.pip`'s.
+    """
+    f = encoder_file(emb_dir, encoder, "embeddings")
+    data, attrs = read_h5(f, ["embeddings"])
+    name = f"encoder {encoder!r} ({f})"
+    E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
+    with threadpool_limits(threads):  # the job's share of cores when jobs run side by side
+        spec = factor_pip(E, tol=tol, method="svd", name=name)
+    write_pip(out, spec, f, dense=E.shape[0] <= dense_max_n, attrs={k: attrs.get(k, "") for k in CARRIED} | {
+        "tol": tol, "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__})

@@ -1,0 +1,139 @@
+"""Step of rule ``regress``: predict every task's score from the QRE features; predictions for new encoders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .. import __version__
+from ..artifacts.features import read_feature_matrix
+from ..downstream.figures import draw_predictions
+from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
+from ..downstream.score_tables import read_groups, read_score_table
+from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, rounded, write_h5
+from ..validation import EncmapError
+
+
+def read_eval_scores(eval_dirs: list[str], sentences_sha256: str) -> tuple[dict[str, dict[str, float]], list[str]]:
+    """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks.
+
+    Every result must come from the sentence set the features were computed on (its probe
+    sentences were removed from the tasks); a stale one is an error naming its file.
+    """
+    scores: dict[str, dict[str, float]] = {}
+    tasks: list[str] = []
+    for d in eval_dirs:
+        files = sorted(Path(d).glob("*.json"))
+        if not files:
+            raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
+        for f in files:
+            r = json.loads(f.read_text(encoding="utf-8"))
+            if r.get("sentences_sha256") != sentences_sha256:
+                raise EncmapError(f"{f}: scored against another sentence set than the features "
+                                  f"({str(r.get('sentences_sha256'))[:12]}… vs {sentences_sha256[:12]}…); "
+                                  "rerun the 'evaluate' rule for this model")
+            scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
+            tasks += [t for t in r["tasks"] if t not in tasks]
+    return scores, tasks
+
+
+def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: list[str]) -> np.ndarray:
+    """(m, T) scores in feature-matrix row order; NaN where an encoder has no score for a task."""
+    return np.array([[scores.get(e, {}).get(t, np.nan) for t in tasks] for e in ids], dtype=np.float64)
+
+
+def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
+                   params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
+    """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker processes)."""
+    Y = score_matrix(fm["ids"], scores, tasks)
+    empty = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
+    if empty:
+        raise EncmapError(f"task {empty[0]!r}: fewer than 3 encoders on the map have a score")
+    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs)
+    return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y}
+
+
+TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
+
+
+def table_text(rows: list[dict[str, Any]]) -> str:
+    """The regression table as CSV text."""
+    return csv_table(rows, TABLE_FIELDS)
+
+
+def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any],
+                 jobs: int | None = None) -> None:
+    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors.
+
+    ``jobs``: worker processes for the independent fits (the outputs do not depend on it).
+    """
+    fm = read_feature_matrix(features)
+    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"])
+    for table in regress["score_tables"]:
+        extra = read_score_table(table["path"], fm["ids"], table["tasks"])
+        for e, s in extra.items():
+            scores.setdefault(e, {}).update(s)
+        tasks += [t for t in table["tasks"] if t not in tasks]
+    groups = [r["model"] for r in fm["records"]]
+    res = run_regression(fm, scores, tasks, groups, regress, jobs)
+    ids = fm["ids"]
+    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"], jobs)
+    pred_rows = [p | {"encoder": ids[p["encoder"]], "model": groups[p["encoder"]]} for p in res["predictions"]]
+    score_rows = [{"encoder": e, "model": g} | {t: res["Y"][i, j] for j, t in enumerate(tasks)}
+                  for i, (e, g) in enumerate(zip(ids, groups))]
+    atomic_write_text(out["table"], table_text(res["rows"]))
+    atomic_write_text(out["predictions"], csv_table(pred_rows, ["encoder", "model", "task", "protocol", "features",
+                                                           "regressor", "actual", "predicted"]))
+    atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
+    draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
+    write_h5(out["regressors"], {"weights": final["weights"], "intercepts": final["intercepts"],
+                                 "tasks": np.array(tasks), "regressors": np.array(REGRESSORS),
+                                 "encoder_ids": np.array(ids)},
+             {"chosen": final["chosen"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
+              "eps": float(fm["attrs"]["eps"]), "direction": str(fm["attrs"]["direction"]),
+              "n": int(fm["F"].shape[1]), "encmap_version": __version__})
+    atomic_write_json(out["metrics"], rounded(res["summary"]) | {"tasks": len(tasks), "encoders": len(ids),
+                                                                  "models": len(set(groups))})
+
+
+def predict_scores(regressors: str | Path, F: np.ndarray,
+                   attrs: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
+    """Each task's predicted main score for new encoders' QRE features F (k, n), per regressor.
+
+    ``attrs`` are the feature settings the new rows were computed with (sentences_sha256, eps,
+    direction); they must be the ones the regressors were trained on. ``regressors`` is the
+    HDF5 file of :func:`regress_step` (``weights`` (T, R, n), ``intercepts`` (T, R)). Returns
+    ``{task: {regressor: predictions (k,)}}``.
+    """
+    p = Path(regressors)
+    if not p.is_file():
+        raise EncmapError(f"{p}: no fitted regressors; run the 'regress' rule first")
+    saved, meta = read_h5(p, ["weights", "intercepts", "tasks", "regressors"])
+    for key in ("sentences_sha256", "direction"):
+        if str(meta[key]) != str(attrs[key]):
+            raise EncmapError(f"{p}: regressors were trained on features with {key} {meta[key]!r}, "
+                              f"not {attrs[key]!r}; rerun the 'regress' rule")
+    if float(meta["eps"]) != float(attrs["eps"]) or int(meta["n"]) != F.shape[1]:
+        raise EncmapError(f"{p}: regressors were trained on features of n = {meta['n']}, eps = {meta['eps']}; "
+                          f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
+    W, b = saved["weights"], saved["intercepts"]
+    return {t: {reg: F @ W[i, r] + b[i, r] for r, reg in enumerate(saved["regressors"])}
+            for i, t in enumerate(saved["tasks"])}
+
+
+def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any],
+                   jobs: int | None = None) -> str:
+    """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
+
+    Groups default to each encoder's model (from the feature matrix's records); ``jobs`` worker
+    processes.
+    """
+    fm = read_feature_matrix(features)
+    table = read_score_table(scores, fm["ids"])
+    tasks = sorted({t for s in table.values() for t in s})
+    g = read_groups(groups, fm["ids"]) if groups else [r["model"] for r in fm["records"]]
+    res = run_regression(fm, table, tasks, g, params, jobs)
+    return table_text(res["rows"])

@@ -1,0 +1,196 @@
+"""``encmap place``: put a new encoder on an existing map without refitting it.
+
+The new model is embedded on the run's own sentence set with the same machinery as the embed
+step (every variant its spec asks for, one forward pass), factored and turned into QRE features
+with the settings stored in the run's artifacts (ε, direction, centring, row normalisation),
+compared with every encoder on the map in the full feature space (ℓ1), and placed with
+openTSNE's ``transform`` against the stored reference map.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .artifacts.features import read_feature_matrix
+from .io import atomic_write_text, csv_table, read_h5
+from .layout import LAYOUT
+from .params import load_params, validate_params
+from .validation import EncmapError, check_id
+
+UNKNOWN_META = {"family": "unknown", "architecture": "unknown", "parameters": None, "languages": [],
+                "objective": "unknown", "kind": "pretrained"}
+
+
+def source_ref(source: str) -> str:
+    """``path:DIR`` / ``package:NAME`` / ``hub:ID`` as given; a bare ``org/name`` means the hub."""
+    if re.match(r"^(hub|path|package):.+", source):
+        return source
+    if re.match(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$", source):
+        return f"hub:{source}"
+    raise EncmapError(f"source {source!r}: give a hub id (org/name), hub:ID, path:DIR or package:NAME")
+
+
+def default_model_id(source: str) -> str:
+    """A path-safe model id from the source's last component (``hub:BAAI/bge-small-en`` → ``bge-small-en``)."""
+    name = re.split(r"[/:]", source.rstrip("/"))[-1].lower()
+    name = re.sub(r"[^a-z0-9._-]+", "-", name).strip("-._") or "placed"
+    return check_id(name[:100], "model id from the source")
+
+
+def place_spec(source: str, *, backend: str = "sentence-transformers", layers: list[int] | None = None,
+               pooling: list[str] | None = None, meta: dict[str, Any] | None = None,
+               trust_remote_code: bool = False) -> dict[str, Any]:
+    """A params.yaml model entry for a new sentence-transformers / transformers checkpoint.
+
+    Remote code stays off unless ``trust_remote_code`` is passed explicitly.
+    """
+    if backend not in ("sentence-transformers", "transformers"):
+        raise EncmapError(f"--backend {backend!r}: the command line builds sentence-transformers or transformers "
+                          "entries; for another backend write the entry in a YAML file and pass --spec")
+    spec: dict[str, Any] = {"backend": backend, "source": source_ref(source), "revision": None, "max_seq_length": 128,
+                            "batch_size": 32, "prompt": "", "layers": list(layers or []),
+                            "pooling": list(pooling or ["mean"]), "dims": [], "renormalize_truncated": True,
+                            "init": "pretrained", "seed": 0, "trust_remote_code": bool(trust_remote_code),
+                            "meta": UNKNOWN_META | (meta or {})}
+    if backend == "sentence-transformers":
+        spec["output"] = True
+    elif not spec["layers"]:
+        raise EncmapError("--backend transformers needs --layers (hidden states to pool)")
+    return spec
+
+
+def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path = "params.yaml",
+                  root: str | Path = ".", out_dir: str | Path | None = None, device: str = "auto",
+                  threads: int | None = None) -> dict[str, Any]:
+    """Embed, featurise and place every variant of ``spec`` on the run's map under ``root``.
+
+    Writes ``<out_dir>/placed.csv``, ``neighbours.csv`` and ``map.html`` (default
+    ``results/place/<model>/``; the tracked map is left as it is) and returns
+    ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted"}``;
+    ``predicted`` holds each variant's predicted score per task and regressor (and
+    ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.h5``).
+    """
+    from threadpoolctl import threadpool_limits
+
+    from .artifacts.features import encoder_record
+    from .artifacts.pip import as_stored
+    from .encoders.embed import embed_model, model_device
+    from .io import file_sha256, read_sentences
+    from .maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+    from .maps.fields import FIELDS, coords_csv, neighbours_csv
+    from .maps.page import page_data, render_page
+    from .maps.tsne import TSNEMap, place_on_map
+    from .qre.features import qre_features
+    from .qre.pairwise import pairwise_qre_matrix
+    from .qre.spectrum import factor_pip, prepare_embeddings
+
+    root = Path(root)
+    params = load_params(root / params_path)
+    check_id(model, "model id")
+    if model in params["models"]:
+        raise EncmapError(f"model id {model!r} is already in {params_path}; choose another with --id")
+    validate_params(params | {"models": params["models"] | {model: spec}}, f"model entry {model!r}")
+    fm = read_feature_matrix(root / "results/features/qre.h5")
+    model_h5 = root / "results/map/model.h5"
+    ref, mattrs = read_h5(model_h5, ["coords", "space", "pca_mean", "pca_components", "encoder_ids"])
+    if [str(x) for x in ref["encoder_ids"]] != fm["ids"] or mattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"]:
+        raise EncmapError(f"{model_h5} and results/features/qre.h5 disagree on the encoders or sentences; "
+                          "rerun the map stage")
+    sentences = root / f"data/sentences/{params['sentences']['set']}.txt"
+    sha = file_sha256(sentences)
+    if sha != fm["attrs"]["sentences_sha256"]:
+        raise EncmapError(f"{sentences} (sha256 {sha[:12]}…) is not the sentence set the map was computed on "
+                          f"({fm['attrs']['sentences_sha256'][:12]}…); rerun the pipeline first")
+    # Factoring settings as the map's own PIP artifacts were made (not as params.yaml says now).
+    first = fm["records"][0]
+    _, pattrs = read_h5(root / LAYOUT["pip"].format(model=first["model"], encoder=first["id"]), [])
+    eps, direction = float(fm["attrs"]["eps"]), str(fm["attrs"]["direction"])
+
+    texts = read_sentences(sentences)
+    res = embed_model(model, spec, texts, model_device(spec, device), threads=threads, degenerate="error")
+    ids, feats, records, spectra = [], [], [], []
+    # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the
+    # pipeline's pip and features jobs (encmap.jobs), so a twin lands at distance 0.
+    with threadpool_limits(1, user_api="blas"):
+        for v in res.variants:
+            E = prepare_embeddings(res.arrays[v.id], center=bool(pattrs["center"]),
+                                   normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
+            s = as_stored(factor_pip(E, tol=float(pattrs["tol"]), name=f"encoder {v.id!r}"), E)
+            ids.append(v.id)
+            feats.append(qre_features(s, direction=direction, eps=eps))
+            spectra.append(s)
+            records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}))
+    F_new = np.vstack(feats)
+    k = int(mattrs["neighbours"])
+    L = feature_distances(F_new, "manhattan", fm["F"])
+    order = np.argsort(L, axis=1, kind="stable")[:, :k]
+    tmap = TSNEMap(ref["coords"], ref["space"], ref["pca_mean"], ref["pca_components"], str(mattrs["metric"]),
+                   float(mattrs["perplexity"]), int(mattrs["seed"]))
+    if tmap.precomputed:
+        # Distances of each new encoder to every map encoder: exact symmetrised QRE.
+        from .artifacts.pip import load_spectrum
+
+        ref_specs = [load_spectrum(root / LAYOUT["pip"].format(model=r["model"], encoder=r["id"]))[0]
+                     for r in fm["records"]]
+        X_new = np.vstack([symmetrised_qre(pairwise_qre_matrix([s, *ref_specs], eps=eps))[0, 1:] for s in spectra])
+    else:
+        X_new = F_new
+    coords = place_on_map(tmap, X_new, random_state=tmap.seed)
+    nbrs = {e: [(fm["ids"][j], float(L[i, j])) for j in order[i]] for i, e in enumerate(ids)}
+
+    out = Path(out_dir) if out_dir else root / "results/place" / model
+    atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records))
+    atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
+                                                             names=fm["ids"]))
+    predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out)
+    ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
+    placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e]}
+              for i, e in enumerate(ids)]
+    page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
+    atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
+    return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted}
+
+
+def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
+                      out: Path) -> dict[str, dict[str, dict[str, float]]]:
+    """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
+    from .pipeline.regress import predict_scores
+
+    if not regressors.is_file():
+        return {}
+    pred = predict_scores(regressors, F_new, attrs)
+    table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
+             for i, e in enumerate(ids)}
+    rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v} for e, by_t in table.items()
+            for t, by_reg in by_t.items() for reg, v in by_reg.items()]
+    atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted"]))
+    return table
+
+
+def append_to_params(params_path: str | Path, model: str, spec: dict[str, Any]) -> None:
+    """Add ``model: spec`` at the end of the ``models:`` block of a params file, keeping its comments.
+
+    The new file is validated before it replaces the old one.
+    """
+    import yaml
+
+    from .params import parse_yaml
+
+    p = Path(params_path)
+    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == "models:")
+    except StopIteration:
+        raise EncmapError(f"{p}: no top-level 'models:' block to append to") from None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "\n", "#", "")), len(lines))
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    entry = yaml.safe_dump({model: spec}, sort_keys=False, default_flow_style=None, width=120)
+    block = "".join("  " + line if line.strip() else line for line in entry.splitlines(keepends=True))
+    text = "".join(lines[:end]) + block + "".join(lines[end:])
+    validate_params(parse_yaml(text, str(p)), str(p))
+    atomic_write_text(p, text)

@@ -1,0 +1,232 @@
+"""Exact factored form of a PIP matrix (pure maths, no I/O).
+
+For an embedding matrix E (n x d) the PIP matrix is M = E Eᵀ and the density matrix is
+ρ = M / tr M = U diag(λ) Uᵀ, with U (n x r) orthonormal and λ > 0 summing to 1. Everything
+downstream (QRE features, pairwise QRE, the stored PIP artifact) works on (U, λ) and never
+forms an n x n matrix when d < n.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+import numpy as np
+import scipy.linalg
+
+from ..validation import EncmapError, check_embeddings, check_tol
+
+#: Default relative tolerance: eigenvalues λ_k < tol * λ_max join the null space. Float32
+#: embeddings carry ~1e-7 relative noise, i.e. ~1e-14 in squared singular values, so 1e-12
+#: keeps all signal and drops only rounding noise.
+DEFAULT_TOL = 1e-12
+
+
+@dataclass(frozen=True)
+class Spectrum:
+    """Factored density matrix ρ = U diag(lam) Uᵀ of one encoder.
+
+    Attributes
+    ----------
+    U : ndarray, shape (n, r)
+        Orthonormal eigenvectors of the PIP matrix for its non-null eigenvalues.
+    lam : ndarray, shape (r,)
+        Eigenvalues of ρ, descending, positive, summing to 1.
+    trace : float
+        tr M = ‖E‖_F² (the scale that ρ removes).
+    V : ndarray, shape (d, r), or None
+        Right singular vectors of E (E = U diag(σ) Vᵀ with σ² = λ tr M), when the factorisation
+        computed them: with E they give U back (:func:`spectrum_from_right_vectors`).
+    """
+
+    U: np.ndarray
+    lam: np.ndarray
+    trace: float
+    V: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        """Number of sentences."""
+        return int(self.U.shape[0])
+
+    @property
+    def rank(self) -> int:
+        """Numerical rank r."""
+        return int(self.lam.shape[0])
+
+    def dense_rho(self) -> np.ndarray:
+        """Dense ρ, shape (n, n). For tests and small n only."""
+        return (self.U * self.lam) @ self.U.T
+
+    def dense_pip(self) -> np.ndarray:
+        """Dense PIP matrix M = E Eᵀ, shape (n, n). For small n only."""
+        return (self.U * (self.lam * self.trace)) @ self.U.T
+
+
+def prepare_embeddings(E: np.ndarray, *, center: bool, normalize_rows: bool,
+                       name: str = "embeddings") -> np.ndarray:
+    """Optional preprocessing of E before its PIP: centring, then row normalisation.
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+    center : bool
+        Subtract the mean row: the PIP then compares sentences by how they differ from the
+        average sentence (the anisotropy that many encoders share drops out).
+    normalize_rows : bool
+        Scale every row to unit length (cosine geometry); rows that are exactly zero (after
+        centring, a sentence equal to the mean) stay zero.
+    name : str
+        For error messages.
+
+    Returns
+    -------
+    ndarray, shape (n, d), float64
+        A new array; the input is never modified. All zero afterwards is an error naming ``name``.
+    """
+    A = check_embeddings(E, name).copy()
+    if center:
+        A -= A.mean(axis=0)
+    if normalize_rows:
+        norms = np.linalg.norm(A, axis=1, keepdims=True)
+        np.divide(A, norms, out=A, where=norms > 0)
+    if not np.any(A):
+        raise EncmapError(f"{name}: all embeddings are zero after centring (every sentence has the same vector), "
+                          "so the PIP matrix has trace 0")
+    return A
+
+
+def _truncate(U: np.ndarray, s2: np.ndarray, tol: float, V: np.ndarray | None = None) -> Spectrum:
+    """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum."""
+    order = np.argsort(s2)[::-1]
+    s2 = s2[order]
+    U = U[:, order]
+    V = None if V is None else V[:, order]
+    top = s2[0] if s2.size else 0.0
+    if not top > 0:
+        raise EncmapError("PIP matrix has no positive eigenvalue (trace 0)")
+    keep = s2 > tol * top
+    s2 = s2[keep]
+    trace = float(s2.sum())
+    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / trace, trace=trace,
+                    V=None if V is None else np.ascontiguousarray(V[:, keep]))
+
+
+def factor_pip(
+    E: np.ndarray, *, tol: float = DEFAULT_TOL, method: str = "auto", name: str = "embeddings"
+) -> Spectrum:
+    """Factor the PIP matrix of ``E`` without forming it.
+
+    Parameters
+    ----------
+    E : array_like, shape (n, d)
+        Embeddings, one row per sentence (used as given: no centring or normalising).
+    tol : float
+        Relative eigenvalue tolerance: λ_k < tol * λ_max joins the null space.
+    method : {"auto", "svd", "gram"}
+        ``"svd"``: thin SVD of E (LAPACK gesdd), O(n d min(n, d)). ``"gram"``: ``eigh`` of the
+        smaller Gram matrix (EᵀE when d ≤ n, else E Eᵀ), then U = E V / σ plus one QR pass.
+        ``"auto"`` picks ``"svd"``: measured faster here at every size (n = 10,000: 1.15 s vs
+        2.05 s at d = 768, 34 s vs 43 s at d = 4096) and more accurate.
+    name : str
+        Encoder id or file, for error messages.
+
+    Returns
+    -------
+    Spectrum
+        U (n x r), λ (r,), tr M; with ``"svd"`` also V (d x r).
+    """
+    tol = check_tol(tol)
+    A = check_embeddings(E, name)
+    if method == "auto":
+        method = "svd"
+    n, d = A.shape
+    if method == "svd":
+        U, s, Vt = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
+        return _truncate(U, s * s, tol, Vt.T)
+    if method != "gram":
+        raise EncmapError(f"method must be 'auto', 'svd' or 'gram', got {method!r}")
+    if d >= n:
+        # The n x n PIP is the smaller Gram matrix here: its eigenvectors are U directly.
+        w, U = scipy.linalg.eigh(A @ A.T, check_finite=False, driver="evr")
+        return _truncate(U, np.clip(w, 0.0, None), tol)
+    w, V = scipy.linalg.eigh(A.T @ A, check_finite=False, driver="evr")
+    w = np.clip(w, 0.0, None)
+    top = w.max()
+    if not top > 0:
+        raise EncmapError(f"{name}: PIP matrix has no positive eigenvalue (trace 0)")
+    keep = w > tol * top
+    w, V = w[keep], V[:, keep]
+    U = (A @ V) / np.sqrt(w)
+    # One Gram-Schmidt pass (QR) restores orthonormality lost to rounding for small σ; the
+    # projector U Uᵀ is unchanged, and re-diagonalising the tiny r x r block keeps it exact.
+    Q, R = np.linalg.qr(U)
+    B = (R * w) @ R.T
+    w2, W = scipy.linalg.eigh((B + B.T) / 2, check_finite=False)
+    return _truncate(Q @ W, np.clip(w2, 0.0, None), tol)
+
+
+def spectrum_from_arrays(U: np.ndarray, lam: np.ndarray, trace: float = 1.0) -> Spectrum:
+    """Rebuild a :class:`Spectrum` from stored arrays (e.g. a PIP HDF5 file).
+
+    Parameters
+    ----------
+    U : ndarray, shape (n, r)
+    lam : ndarray, shape (r,)
+    trace : float
+    """
+    U = np.asarray(U, dtype=np.float64)
+    lam = np.asarray(lam, dtype=np.float64)
+    if U.ndim != 2 or lam.ndim != 1 or U.shape[1] != lam.shape[0]:
+        raise EncmapError(f"factored PIP: U {U.shape} and eigenvalues {lam.shape} do not match")
+    if lam.size == 0 or np.any(lam <= 0) or not np.all(np.isfinite(lam)):
+        raise EncmapError("factored PIP: eigenvalues must be positive and finite")
+    total = lam.sum()
+    if abs(total - 1.0) > 1e-12:  # stored spectra are already normalised; keep their bits
+        lam = lam / total
+    return Spectrum(U=U, lam=lam, trace=float(trace))
+
+
+def spectrum_from_right_vectors(E: np.ndarray, V: np.ndarray, lam: np.ndarray, trace: float) -> Spectrum:
+    """Rebuild U = E V diag(σ)⁻¹ (σ² = λ tr M) from the embeddings and stored right singular vectors.
+
+    Exact up to rounding: E V = U diag(σ) for the kept directions, so one (n x d) @ (d x r)
+    product replaces a whole SVD. The error of column k is ~ machine ε × σ_max / σ_k
+    (≤ 1e-10 at the default tolerance, far less in practice: the dropped directions are the
+    noise floor, not the kept ones).
+
+    Parameters
+    ----------
+    E : ndarray, shape (n, d)
+        The embeddings exactly as factored (after any centring / row normalising).
+    V : ndarray, shape (d, r)
+    lam : ndarray, shape (r,)
+    trace : float
+
+    Returns
+    -------
+    Spectrum
+    """
+    A = np.asarray(E, dtype=np.float64)
+    V = np.asarray(V, dtype=np.float64)
+    if A.ndim != 2 or V.ndim != 2 or A.shape[1] != V.shape[0] or V.shape[1] != np.shape(lam)[0]:
+        raise EncmapError(f"factored PIP: embeddings {A.shape}, right vectors {V.shape} and eigenvalues "
+                          f"{np.shape(lam)} do not match")
+    sigma = np.sqrt(np.asarray(lam, dtype=np.float64) * trace)
+    return spectrum_from_arrays(A @ (V / sigma), lam, trace)
+
+
+ArrayOrSpectrum = Union[np.ndarray, Spectrum]
+
+
+def as_spectrum(E: ArrayOrSpectrum, *, tol: float = DEFAULT_TOL, name: str = "embeddings") -> Spectrum:
+    """Return ``E`` if it is a :class:`Spectrum`, else factor it (E has shape (n, d))."""
+    if isinstance(E, Spectrum):
+        return E
+    return factor_pip(E, tol=tol, name=name)
+
+
+def smoothed_eigenvalues(spec: Spectrum, eps: float) -> tuple[np.ndarray, float]:
+    """Eigenvalues of ρ_ε: μ (r,) on the columns of U and μ_0 on their complement."""
+    n = spec.n
+    return (1.0 - eps) * spec.lam + eps / n, eps / n

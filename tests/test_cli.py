@@ -1,0 +1,46 @@
+"""The ``encmap`` command line: targets, encoders, check, show, deps, params-doc; errors exit 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from encmap import cli
+from encmap.io import write_h5
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_cli_targets_encoders_and_errors(tmp_path, capsys):
+    params = REPO / "params.yaml"
+    assert cli.main(["--params", str(params), "targets", "pip", "tfidf-svd"]) == 0
+    assert capsys.readouterr().out.split() == ["results/pip/tfidf-svd/tfidf-svd__d128.h5",
+                                               "results/pip/tfidf-svd/tfidf-svd__d512.h5"]
+    assert cli.main(["--params", str(params), "targets", "features"]) == 0
+    assert len(capsys.readouterr().out.split()) == 53
+    assert cli.main(["--params", str(params), "encoders"]) == 0
+    assert "minilm-l6__l06-cls\tminilm-l6\t6\tcls\tNone" in capsys.readouterr().out
+    assert cli.main(["--params", str(params), "targets", "pip", "nope"]) == 2
+    assert "unknown model 'nope'" in capsys.readouterr().err
+    assert cli.main(["--params", str(tmp_path / "missing.yaml"), "check"]) == 2
+    assert "params file not found" in capsys.readouterr().err
+    write_h5(tmp_path / "a.h5", {"x": np.zeros(2)}, {"encoder_id": "e"})
+    assert cli.main(["show", str(tmp_path / "a.h5")]) == 0
+    assert json.loads(capsys.readouterr().out)["encoder_id"] == "e"
+
+
+def test_cli_deps_checks_dvc_yaml_and_prints_a_stage(capsys):
+    assert cli.main(["deps", "--root", str(REPO), "--check"]) == 0
+    assert "every stage lists exactly the code it runs" in capsys.readouterr().out
+    assert cli.main(["deps", "--root", str(REPO), "gather"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "gather:" and "  - src/encmap/pipeline/gather.py" in out and "  - rules/gather.smk" in out
+    assert cli.main(["deps", "--root", str(REPO), "nope"]) == 2
+    assert "no rule file rules/nope.smk" in capsys.readouterr().err
+
+
+def test_cli_params_doc_prints_the_parameters_page(capsys):
+    assert cli.main(["params-doc"]) == 0
+    assert capsys.readouterr().out == (REPO / "docs/parameters.md").read_text()

@@ -1,0 +1,119 @@
+"""params.yaml: the schema (one file, a description on every key), errors that name the key, and
+no value that changes a result left to a default."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from encmap.encoders.variants import expand_encoders
+from encmap.params import load_params, validate_params
+from encmap.validation import EncmapError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_default_params_valid_and_count_encoders():
+    p = load_params(REPO / "params.yaml")
+    enc = expand_encoders(p["models"])
+    from encmap.validation import SAFE_ID
+
+    # minilm-l6: `layers: all` with num_layers 6 -> 7 hidden states x 3 poolings, less CLS of the
+    # input embeddings (constant), + 4 output variants.
+    assert sum(v.model == "minilm-l6" for v in enc.values()) == 7 * 3 - 1 + 4
+    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 53
+    assert not [e for e in enc if e.endswith("__l00-cls")]
+
+
+def test_params_errors_name_the_key(tmp_path):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["qre"]["eps"] = 1.5
+    with pytest.raises(EncmapError, match=r"key qre.eps: 1.5 is greater than or equal"):
+        validate_params(p)
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["sentences"]["min_words"] = 50
+    with pytest.raises(EncmapError, match="min_words"):
+        validate_params(p)
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    del p["models"]["tfidf-svd"]["dims"]
+    with pytest.raises(EncmapError, match="key models.tfidf-svd: 'dims' is a required property"):
+        validate_params(p)
+    f = tmp_path / "params.yaml"
+    f.write_text("a: 1\na: 2\n")
+    with pytest.raises(EncmapError, match=r"duplicate key 'a' at line 2"):
+        load_params(f)
+
+
+@pytest.mark.parametrize("path", [
+    "embed.degenerate", "pip.center", "pip.normalize_rows", "sentences.sources.0.weight", "sentences.sources.1.path",
+    "models.minilm-l6.output", "models.minilm-l6.dims", "models.minilm-l6.renormalize_truncated",
+    "models.e5-small.mode", "models.tfidf-svd.tfidf", "models.tfidf-svd.svd", "models.tfidf-svd.tfidf.sublinear_tf",
+    "models.tfidf-svd.svd.algorithm", "models.glove-6b-50d.lowercase", "models.random-gaussian.dims",
+])
+def test_check_fails_when_a_value_that_changes_results_is_left_out(tmp_path, capsys, path):
+    """Every value that changes a result is written in params.yaml: none may be left to a default."""
+    from encmap import cli
+
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    del node[last]
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(p))
+    assert cli.main(["--params", str(f), "check"]) == 2
+    assert f"'{last}' is a required property" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind,extra,missing", [
+    ("file", {"path": "x.txt", "weight": 1.0}, "text_field"),
+    ("hf-dataset", {"path": None, "weight": 1.0, "dataset": "d", "text_field": "t", "revision": None}, "split"),
+])
+def test_source_kinds_need_their_fields(kind, extra, missing):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["sentences"]["sources"].append({"name": "extra", "kind": kind, **extra})
+    with pytest.raises(EncmapError, match=f"'{missing}' is a required property"):
+        validate_params(p)
+
+
+def test_one_schema_file_with_a_description_on_every_key():
+    """The schema lives in the package (what `encmap check` and the Snakefile read), once."""
+    import json
+
+    schema_file = REPO / "src/encmap/params.schema.json"
+    assert schema_file.is_file() and not schema_file.is_symlink()
+    assert not (REPO / "schemas").exists()
+    assert len(list(REPO.rglob("params.schema.json"))) - len(list(REPO.glob(".venv/**/params.schema.json"))) == 1
+    missing = []
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            for key, sub in node.get("properties", {}).items():
+                if isinstance(sub, dict) and not sub.get("description", "").strip():
+                    missing.append(f"{path}{key}")
+                walk(sub, f"{path}{key}.")
+            if isinstance(node.get("items"), dict):
+                walk(node["items"], f"{path[:-1]}[].")
+
+    schema = json.loads(schema_file.read_text())
+    walk(schema, "")
+    for name, node in schema["$defs"].items():
+        walk(node, "models.<id>." if name == "model" else "models.<id>.meta.")
+    assert missing == []
+
+
+def test_parameters_page_is_generated_from_the_schema():
+    from encmap.params import parameters_markdown
+
+    page = parameters_markdown()
+    assert (REPO / "docs/parameters.md").read_text() == page, "run: encmap params-doc > docs/parameters.md"
+    # Every key of the default params.yaml is on the page.
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    for section, node in params.items():
+        keys = [f"{section}.{k}" for k in node] if section != "models" else [
+            f"models.<id>.{k}" for spec in node.values() for k in spec]
+        for key in keys:
+            assert f"| `{key}` |" in page, key
