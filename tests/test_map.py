@@ -91,6 +91,32 @@ def test_map_separates_clusters_and_is_reproducible(metric):
     assert neighbour_purity(cdist(a.coords, a.coords), lab)["purity"] == 1.0
 
 
+@pytest.mark.parametrize("m,perplexity", [(7, 2), (11, 3), (11, 1.5)])
+def test_a_map_of_few_encoders_spreads_instead_of_collapsing(m, perplexity):
+    """Old: at the largest perplexity a 7-encoder map allows (2), and at the tests' own setting
+    (11 encoders, 3), every coordinate came out below 1e-21: openTSNE's "auto" learning rate
+    m / exaggeration (0.6 here) never moved the points out of the 1e-4 initialisation."""
+    F = np.random.default_rng(0).normal(size=(m, 300))
+    t = fit_map(F, metric="manhattan", perplexity=perplexity, n_iter=300, early_exaggeration_iter=100,
+                random_state=0)
+    assert np.ptp(t.coords, axis=0).min() > 1.0
+    assert cdist(t.coords, t.coords)[np.triu_indices(m, 1)].min() > 1e-3  # every point apart
+    # Small clusters too: each point's nearest neighbour on the map is from its own cluster.
+    X, lab = clusters(m_per=4, k=2)
+    t = fit_map(X, metric="manhattan", perplexity=2, n_iter=300, early_exaggeration_iter=100, random_state=0)
+    assert neighbour_purity(cdist(t.coords, t.coords), lab)["purity"] == 1.0
+
+
+def test_a_collapsed_layout_is_an_error_not_a_result(monkeypatch):
+    """The guard: with the former learning rate the map collapses, and that must not pass quietly."""
+    from encmap.maps import tsne
+
+    monkeypatch.setattr(tsne, "learning_rate", lambda m, exaggeration: m / exaggeration)
+    F = np.random.default_rng(0).normal(size=(7, 300))
+    with pytest.raises(EncmapError, match=r"map of m = 7 encoders collapsed to a point .*lower map.perplexity"):
+        fit_map(F, metric="manhattan", perplexity=2, n_iter=300, early_exaggeration_iter=100, random_state=0)
+
+
 def test_map_with_pca_and_with_precomputed_exact_distances():
     X, lab = clusters()
     p = fit_map(X, pca_dims=5, perplexity=5, n_iter=300, early_exaggeration_iter=100)

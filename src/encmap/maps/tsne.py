@@ -54,6 +54,23 @@ class TSNEMap:
         return (F_new - self.pca_mean) @ self.pca_components.T
 
 
+#: Smallest learning rate of an optimisation phase, in openTSNE's units. openTSNE's "auto" rate is
+#: m / exaggeration (Belkina et al. 2019): 0.6 for a map of 7 encoders, too small to move the
+#: points out of PCA's 1e-4-scale initialisation before early exaggeration has pulled them onto
+#: one point (every coordinate of such a map came out below 1e-21). scikit-learn floors its
+#: "auto" rate at 50 with a gradient 4x openTSNE's, i.e. 200 here, bhtsne's classic default.
+MIN_LEARNING_RATE = 200.0
+
+#: A fitted map whose points span less than this (t-SNE units; a sound map spans ~10-100) has
+#: collapsed: an error, never a quiet result.
+MIN_EXTENT = 1e-3
+
+
+def learning_rate(m: int, exaggeration: float) -> float:
+    """The learning rate of a t-SNE phase for m points: max(m / exaggeration, 200) (openTSNE units)."""
+    return max(m / exaggeration, MIN_LEARNING_RATE)
+
+
 def _affinities(space: np.ndarray, metric: str, perplexity: float, seed: int):
     from openTSNE.affinity import PerplexityBasedNN
 
@@ -140,10 +157,30 @@ def fit_map(
     else:
         raise EncmapError(f"map.init {init!r}: choose auto, pca, spectral or random")
     emb = TSNEEmbedding(Y0, aff, negative_gradient_method="bh", random_state=random_state, n_jobs=1)
-    # openTSNE's standard schedule: early exaggeration 12 at momentum 0.5, then 1 at 0.8.
-    emb = emb.optimize(n_iter=early_exaggeration_iter, exaggeration=12, momentum=0.5, learning_rate="auto")
-    emb = emb.optimize(n_iter=n_iter, exaggeration=1, momentum=0.8, learning_rate="auto")
-    return TSNEMap(np.array(emb), space, mean, comps, metric, float(perplexity), int(random_state))
+    # openTSNE's standard schedule: early exaggeration 12 at momentum 0.5, then 1 at 0.8, with
+    # the learning rate floored for small maps (MIN_LEARNING_RATE).
+    emb = emb.optimize(n_iter=early_exaggeration_iter, exaggeration=12, momentum=0.5,
+                       learning_rate=learning_rate(m, 12))
+    emb = emb.optimize(n_iter=n_iter, exaggeration=1, momentum=0.8, learning_rate=learning_rate(m, 1))
+    coords = np.array(emb)
+    check_layout(coords, perplexity)
+    return TSNEMap(coords, space, mean, comps, metric, float(perplexity), int(random_state))
+
+
+def check_layout(coords: np.ndarray, perplexity: float) -> None:
+    """Refuse a degenerate map: non-finite coordinates, or every point on (nearly) one spot.
+
+    Parameters
+    ----------
+    coords : ndarray, shape (m, 2)
+    """
+    m = coords.shape[0]
+    if not np.all(np.isfinite(coords)):
+        raise EncmapError(f"the map of m = {m} encoders has non-finite coordinates (t-SNE diverged)")
+    extent = float(np.ptp(coords, axis=0).max())
+    if extent < MIN_EXTENT:
+        raise EncmapError(f"the map of m = {m} encoders collapsed to a point (extent {extent:.3g}): t-SNE did not "
+                          f"separate them; lower map.perplexity (now {perplexity}) or raise map.n_iter")
 
 
 def place_on_map(tmap: TSNEMap, X_new: np.ndarray, *, n_iter: int = 250, random_state: int = 0) -> np.ndarray:
