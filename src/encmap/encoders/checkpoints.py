@@ -170,6 +170,15 @@ def _package_path(ref: str, model: str) -> Path:
     raise EncmapError(f"model {model!r}: unknown packaged model {ref!r} (known: {sorted(PACKAGES)})")
 
 
+def model_id(source: str) -> str:
+    """What provenance names a model by: the hub id, package name or directory as params write it.
+
+    Never the path a package resolved to: that depends on where the virtualenv is, and the
+    embeddings (every artifact after them) would differ in bytes between two clones.
+    """
+    return source.partition(":")[2]
+
+
 def resolve_source(source: str, model: str) -> tuple[str, dict[str, Any]]:
     """Turn ``hub:ID``, ``path:DIR`` or ``package:NAME`` into something loadable.
 

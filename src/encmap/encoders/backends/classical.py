@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from ...validation import EncmapError
-from ..checkpoints import hub_provenance, resolve_source
+from ..checkpoints import hub_provenance, model_id, resolve_source
 from ..result import EmbeddingResult, output_only
 from ..variants import model_variants
 
@@ -87,7 +87,7 @@ def _static(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
     table = AutoModel.from_pretrained(ref, revision=spec["revision"]).get_input_embeddings().weight.detach().numpy()
     ids = tok(texts, add_special_tokens=False)["input_ids"]
     prov |= hub_provenance(spec["source"], spec["revision"], model)
-    return output_only(model, spec, average_rows(table, ids), prov | {"model_id": ref})
+    return output_only(model, spec, average_rows(table, ids), prov | {"model_id": model_id(spec["source"])})
 
 
 def _word_vectors(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
@@ -109,7 +109,7 @@ def _word_vectors(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
     toks = [ptb_tokens(t, spec["lowercase"]) for t in texts]
     rows = [[row[w] for w in ts if w in row] for ts in toks]
     n_tok = sum(map(len, toks))
-    prov |= {"model_id": ref, "vocabulary": len(words),
+    prov |= {"model_id": model_id(spec["source"]), "vocabulary": len(words),
              "token_coverage": round(sum(map(len, rows)) / max(n_tok, 1), 6),
              "sentences_without_known_word": sum(not r for r in rows)}
     return output_only(model, spec, average_rows(table, rows), prov)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 
 from ...validation import EncmapError
-from ..checkpoints import hub_provenance, resolve_source
+from ..checkpoints import hub_provenance, model_id, resolve_source
 from ..result import EmbeddingResult, output_only
 
 
@@ -41,5 +41,5 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     prov |= hub_provenance(spec["source"], spec["revision"], model)
     full = m.encode(texts, batch_size=spec["batch_size"], max_length=spec["max_seq_length"],
                     show_progress_bar=False, use_multiprocessing=False)
-    prov |= {"model_id": spec["source"].partition(":")[2], "normalize": bool(m.normalize), "vocabulary": len(m.tokens)}
+    prov |= {"model_id": model_id(spec["source"]), "normalize": bool(m.normalize), "vocabulary": len(m.tokens)}
     return output_only(model, spec, full, prov)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...validation import EncmapError
-from ..checkpoints import resolve_source
+from ..checkpoints import model_id, resolve_source
 from ..result import EmbeddingResult, length_order, output_only, unsort
 
 
@@ -45,5 +45,6 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
                   return_tensors="np")
         feed = {k: v.astype(np.int64) for k, v in enc.items() if k in names}
         parts.append(sess.run([spec["output_name"]], feed)[0])
-    prov |= {"model_id": path, "tokenizer": spec["tokenizer"], "tokenizer_sha256": tok_prov.get("weights_sha256")}
+    prov |= {"model_id": model_id(spec["source"]), "tokenizer": spec["tokenizer"],
+             "tokenizer_sha256": tok_prov.get("weights_sha256")}
     return output_only(model, spec, unsort(parts, order), prov)

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 
 from ...validation import EncmapError
-from ..checkpoints import hub_provenance, resolve_source
+from ..checkpoints import hub_provenance, model_id, resolve_source
 from ..result import EmbeddingResult, length_order, output_arrays
 from ..variants import model_variants
 
@@ -129,6 +129,6 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
             del hs, mask
     if want_output:
         arrays |= output_arrays(model, spec, arrays.pop("output"), variants)
-    prov.update({"model_id": ref, "revision": rev, "num_hidden_layers": n_layers,
+    prov.update({"model_id": model_id(spec["source"]), "revision": rev, "num_hidden_layers": n_layers,
                  "max_seq_length": spec["max_seq_length"]})
     return EmbeddingResult(variants, arrays, prov)
