@@ -117,3 +117,59 @@ def test_parameters_page_is_generated_from_the_schema():
             f"models.<id>.{k}" for spec in node.values() for k in spec]
         for key in keys:
             assert f"| `{key}` |" in page, key
+
+
+@pytest.mark.parametrize("model,key,value", [
+    ("random-gaussian", "method", "tfidf-svd"),           # old: Gaussian rows recorded as method tfidf-svd
+    ("random-gaussian", "tfidf", {"lowercase": True}),
+    ("tfidf-svd", "renormalize_truncated", True),
+    ("e5-small", "layers", [1]),
+    ("minilm-l6", "mode", "query"),
+    ("paraphrase-minilm-l3", "init", "random"),
+])
+def test_a_key_that_does_not_apply_to_the_backend_is_refused(model, key, value):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["models"][model][key] = value
+    if key == "method":
+        match = rf"key models\.{model}\.method: 'tfidf-svd' is not one of \['gaussian'\]"
+    else:
+        match = rf"key models\.{model}\.{key}: does not apply to model '{model}' \(backend"
+    with pytest.raises(EncmapError, match=match):
+        validate_params(p)
+
+
+@pytest.mark.parametrize("path", ["sentences.sources.0.weight", "sentences.min_alpha", "pip.tol", "qre.eps",
+                                  "similarity.rbf.threshold", "similarity.stitch.val", "similarity.stitch.ridge_alphas.0",
+                                  "regress.elasticnet_alphas.1", "models.minilm-l6.meta.parameters", "map.perplexity"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -float("inf")])
+def test_non_finite_numbers_are_refused_everywhere(tmp_path, path, value):
+    """Old: a source weight of .inf or .nan passed `encmap check` and curation never ended."""
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[int(last) if isinstance(node, list) else last] = value
+    f = tmp_path / "params.yaml"
+    f.write_text(yaml.safe_dump(p))  # written as YAML's .nan / .inf, read back by the loader
+    with pytest.raises(EncmapError, match=rf"key {path}: -?(nan|inf) is not a finite number"):
+        load_params(f)
+
+
+@pytest.mark.parametrize("edit,match", [
+    # Old: each of these passed `encmap check` and failed minutes later in its stage, after
+    # Snakemake had deleted that stage's previous outputs.
+    (lambda p: p["map"].update(neighbours=53), r"key map\.neighbours = 53: .* below the m = 53 encoders"),
+    (lambda p: p["map"].update(trustworthiness_k=27), r"key map\.trustworthiness_k = 27 must be below m/2 = 26\.5"),
+    (lambda p: (p["map"].update(metric="exact-qre"), p["qre"].update(eps=0.0)), r"key map\.metric: exact-qre needs qre\.eps > 0"),
+    (lambda p: (p["qre"].update(direction="reverse", eps=0.0)), r"key qre\.eps: reverse QRE needs eps > 0"),
+    (lambda p: p["similarity"]["subset"].update(neighbours=60), r"key similarity\.subset\.neighbours = 60"),
+    (lambda p: p["sentences"].update(n=5), r"key similarity\.stitch\.sample: n = 5 sentences are too few"),
+    (lambda p: p["similarity"]["stitch"].update(knn_k=500), r"key similarity\.stitch\.knn_k = 500 must be below the 400 test"),
+    (lambda p: p["sentences"].update(n=3), r"key similarity\.rbf\.sample: CKA needs at least 4 sentences"),
+])
+def test_values_that_can_only_fail_are_refused_before_any_job(edit, match):
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    edit(p)
+    with pytest.raises(EncmapError, match=match):
+        validate_params(p)

@@ -10,6 +10,7 @@ never changes a value, so it is no DVC dependency of any stage (see ``docs/pipel
 from __future__ import annotations
 
 import json
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ import jsonschema
 import yaml
 
 from .encoders.variants import expand_encoders
-from .validation import EncmapError, check_perplexity
+from .validation import EncmapError, check_eps, check_perplexity
 
 
 class UniqueKeyLoader(yaml.SafeLoader):
@@ -66,12 +67,15 @@ def load_params(path: str | Path) -> dict:
 
 def validate_params(params: Any, where: str = "params") -> None:
     """Validate against the schema, then the rules a schema cannot state (unique encoder ids)."""
+    bad = _first_non_finite(params)
+    if bad is not None:
+        # JSON Schema has no word for NaN / infinity (YAML's .nan, .inf): NaN passes every bound.
+        raise EncmapError(f"{where}: key {bad[0]}: {bad[1]!r} is not a finite number")
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     if errors:
         e = errors[0]
-        key = ".".join(str(x) for x in e.absolute_path) or "(top level)"
-        raise EncmapError(f"{where}: key {key}: {e.message}")
+        raise EncmapError(f"{where}: {_message(e, params)}")
     s = params["sentences"]
     if s["min_words"] > s["max_words"]:
         raise EncmapError(f"{where}: key sentences.min_words ({s['min_words']}) > max_words ({s['max_words']})")
@@ -79,18 +83,81 @@ def validate_params(params: Any, where: str = "params") -> None:
     if len(set(names)) != len(names):
         raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
     encoders = expand_encoders(params["models"])
-    if "map" in params:
-        # The map has at most this many encoders (fewer if some are dropped): fail before any job.
-        check_perplexity(params["map"]["perplexity"], len(encoders), f"{where}: key map.perplexity")
-    if "similarity" in params:
-        sim = params["similarity"]
-        unknown = [e for e in sim["subset"]["encoders"] if e not in encoders]
-        if unknown:
-            raise EncmapError(f"{where}: key similarity.subset.encoders: no encoder {unknown[0]!r} in models")
-        st = sim["stitch"]
-        if st["val"] + st["test"] >= 1:
-            raise EncmapError(f"{where}: key similarity.stitch: val + test = {st['val'] + st['test']} leaves no "
-                              "training sentences (must be below 1)")
+    check_counts(params, len(encoders), where)
+    unknown = [e for e in params["similarity"]["subset"]["encoders"] if e not in encoders]
+    if unknown:
+        raise EncmapError(f"{where}: key similarity.subset.encoders: no encoder {unknown[0]!r} in models")
+
+
+def check_counts(params: dict, m: int, where: str = "params") -> None:
+    """The rules that follow from how many encoders (m) and sentences (n) there will be.
+
+    Checked before any job starts, so that a value that can only fail does not wait minutes for
+    the stage that reads it (and does not cost that stage's previous outputs). m counts every
+    encoder the models yield; the steps check again against the encoders actually mapped.
+    """
+    from .similarity.stitch import split_rows  # the very rule the stitch step applies
+
+    n = params["sentences"]["n"]
+    try:
+        check_eps(params["qre"]["eps"], params["qre"]["direction"])
+    except EncmapError as e:
+        raise EncmapError(f"{where}: key qre.eps: {e}") from None
+    mp = params["map"]
+    # The map has at most m encoders (fewer if some are dropped).
+    check_perplexity(mp["perplexity"], m, f"{where}: key map.perplexity")
+    if not mp["neighbours"] < m:
+        raise EncmapError(f"{where}: key map.neighbours = {mp['neighbours']}: each encoder lists its k nearest other "
+                          f"encoders, so k must be below the m = {m} encoders")
+    if not mp["trustworthiness_k"] < m / 2:
+        raise EncmapError(f"{where}: key map.trustworthiness_k = {mp['trustworthiness_k']} must be below m/2 = {m / 2} "
+                          f"for a map of m = {m} encoders (scikit-learn's trustworthiness)")
+    if mp["metric"] == "exact-qre" and params["qre"]["eps"] == 0:
+        raise EncmapError(f"{where}: key map.metric: exact-qre needs qre.eps > 0 (unsmoothed, the QRE between "
+                          "encoders whose supports differ is infinite)")
+    sim = params["similarity"]
+    if not sim["subset"]["neighbours"] < m:
+        raise EncmapError(f"{where}: key similarity.subset.neighbours = {sim['subset']['neighbours']} must be below "
+                          f"the m = {m} encoders")
+    if min(sim["rbf"]["sample"], n) < 4:
+        raise EncmapError(f"{where}: key similarity.rbf.sample: CKA needs at least 4 sentences")
+    st = sim["stitch"]
+    if st["val"] + st["test"] >= 1:
+        raise EncmapError(f"{where}: key similarity.stitch: val + test = {st['val'] + st['test']} leaves no "
+                          "training sentences (must be below 1)")
+    try:
+        split = split_rows(min(st["sample"], n), val=st["val"], test=st["test"], random_state=st["seed"])
+    except EncmapError as e:
+        raise EncmapError(f"{where}: key similarity.stitch.sample: {e}") from None
+    if not st["knn_k"] < len(split.test):
+        raise EncmapError(f"{where}: key similarity.stitch.knn_k = {st['knn_k']} must be below the "
+                          f"{len(split.test)} test sentences of a stitch")
+
+
+def _first_non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
+    """The dotted path and value of the first NaN or infinite number in params, or None."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return path or "(top level)", node
+    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for k, v in items:
+        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+        if found:
+            return found
+    return None
+
+
+def _message(error: jsonschema.ValidationError, params: Any) -> str:
+    """``key <dotted path>: <what is wrong>``, reworded where the schema's words would not say what to change."""
+    path = list(error.absolute_path)
+    if error.validator is None and len(path) == 2 and path[0] == "models":
+        # A `false` schema in a backend's branch: a key that does not apply to that backend.
+        model, spec = path[1], params["models"][path[1]]
+        keys = [k for branch in schema()["$defs"]["model"]["allOf"]
+                if jsonschema.Draft202012Validator(branch["if"]).is_valid(spec)
+                for k, sub in branch["then"].get("properties", {}).items() if sub is False and k in spec]
+        what = f"backend {spec.get('backend')!r}" + (f", method {spec['method']!r}" if "method" in spec else "")
+        return f"key models.{model}.{keys[0]}: does not apply to model {model!r} ({what}); remove it"
+    return f"key {'.'.join(str(x) for x in path) or '(top level)'}: {error.message}"
 
 
 def check_snakemake_config(config: dict, configfiles: list) -> None:
