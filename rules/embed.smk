@@ -6,6 +6,7 @@ rule embed:
     output:
         directory("results/embeddings/{model}"),
     params:
+        n=config["sentences"]["n"],  # checked against the curated set
         spec=lambda wc: config["models"][wc.model],
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],

@@ -7,6 +7,7 @@ rule evaluate:
     output:
         directory("results/eval/{model}"),
     params:
+        n=config["sentences"]["n"],  # checked against the curated set
         spec=lambda wc: config["models"][wc.model],
         evaluate=config["evaluate"],
         degenerate=config["embed"]["degenerate"],

@@ -5,6 +5,7 @@ rule tasks:
     output:
         "data/eval/tasks.json",
     params:
+        n=config["sentences"]["n"],  # checked against the curated set
         evaluate=config["evaluate"],
     conda:
         "../envs/encmap.yaml"

@@ -1,7 +1,7 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.agreement import agreement_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 agreement_step(s.input.features, s.input.pairwise, s.input.cka, s.input.rbf, s.input.stitches, dict(s.output.items()))

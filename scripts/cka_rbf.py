@@ -1,8 +1,8 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.cka_rbf import cka_rbf_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 cka_rbf_step(s.input.features, list(s.input.embeddings), dict(s.output.items()), subset=s.params.subset,
              rbf=s.params.rbf, threads=s.threads)

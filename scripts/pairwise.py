@@ -1,8 +1,8 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.pairwise import pairwise_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 pairwise_step(s.input.features, list(s.input.pips), s.output.qre, s.output.cka, s.output.timing, eps=s.params.eps,
               device=s.params.device, block_columns=s.params.block_columns, threads=s.threads)

@@ -1,8 +1,8 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.pip import pip_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 pip_step(s.input[0], s.wildcards.encoder, s.output[0], tol=s.params.tol, dense_max_n=s.params.dense_max_n,
          center=s.params.center, normalize_rows=s.params.normalize_rows, threads=s.threads)

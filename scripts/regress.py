@@ -1,8 +1,8 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.regress import regress_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 regress_step(s.input.features, list(s.input.evals), dict(s.output.items()), regress=s.params.regress,
              jobs=s.threads)

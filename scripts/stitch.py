@@ -1,8 +1,8 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.stitch import stitch_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 stitch_step(s.input.features, list(s.input.embeddings), dict(s.output.items()), subset=s.params.subset,
             stitch=s.params.stitch, threads=s.threads)

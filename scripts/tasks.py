@@ -1,7 +1,7 @@
-from _log import to_log
+from _job import start_job
 
 from encmap.pipeline.tasks import tasks_step
 
-to_log(snakemake)  # noqa: F821 (snakemake is injected)
+start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
-tasks_step(s.params.evaluate, s.input[0], s.output[0])
+tasks_step(s.params.evaluate, s.input[0], s.output[0], n=s.params.n)

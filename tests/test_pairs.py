@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from scipy.stats import spearmanr
@@ -331,3 +333,42 @@ def test_pairwise_step_spills_u_to_disk_when_over_its_memory(tmp_path):
         assert not list((tmp_path / name).rglob("*.tmp"))
     for k in ("qre", "cka"):
         assert open(outs["ram"][k], "rb").read() == open(outs["disk"][k], "rb").read()
+
+
+def test_an_edited_pair_result_is_never_reused(tmp_path):
+    """Old: a value edited in qre_pairwise.h5 (still valid HDF5) survived a forced rerun
+    (`pairs_reused: 21`) and flowed into the map's metrics."""
+    import h5py
+
+    from encmap.pipeline.cka_rbf import cka_rbf_step
+    from encmap.pipeline.pairwise import pairwise_step
+    from encmap.pipeline.stitch import stitch_step
+
+    run = fake_run(tmp_path / "a")
+    o = _outs(tmp_path / "a", "qre", "cka", "timing")
+    r = _outs(tmp_path / "a", "rbf", "rtiming")
+    r["timing"] = r.pop("rtiming")
+    s = _outs(tmp_path / "a", "stitches", "csv", "stiming")
+    s["timing"] = s.pop("stiming")
+    sim = SIM | {"stitch": SIM["stitch"] | {"mlp_depths": []}}
+
+    def rerun() -> tuple[int, int, int]:
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6)
+        cka_rbf_step(run["features"], run["embeddings"], r, subset=sim["subset"], rbf=sim["rbf"])
+        stitch_step(run["features"], run["embeddings"], s, subset=sim["subset"], stitch=sim["stitch"])
+        t = [json.loads(open(f).read()) for f in (o["timing"], r["timing"], s["timing"])]
+        return t[0]["pairs_computed"], t[1]["rbf_pairs_computed"], t[2]["stitch_pairs_computed"]
+
+    assert rerun() == (28, 28, 56)
+    good = {k: open(o[k], "rb").read() for k in ("qre", "cka")} | {"rbf": open(r["rbf"], "rb").read()}
+    good_rows = json.loads(open(s["stitches"]).read())["rows"]
+    assert rerun() == (0, 0, 0)  # intact: every pair reused
+    for path, name in ((o["qre"], "qre"), (o["cka"], "cka_debiased"), (r["rbf"], "cka_rbf")):
+        with h5py.File(path, "r+") as f:  # a test file, never a tracked one
+            f[name][0, 1] = 0.123
+    rows = json.loads(open(s["stitches"]).read())
+    rows["rows"][0]["r2"] = 0.99
+    open(s["stitches"], "w").write(json.dumps(rows))
+    assert rerun() == (28, 28, 56)  # nothing of an edited file is reused
+    assert {k: open(o[k], "rb").read() for k in ("qre", "cka")} | {"rbf": open(r["rbf"], "rb").read()} == good
+    assert json.loads(open(s["stitches"]).read())["rows"] == good_rows

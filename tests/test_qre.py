@@ -250,7 +250,8 @@ def test_centring_and_row_normalising_before_the_pip():
 def _emb_file(path, E):
     from encmap.io import write_h5
 
-    write_h5(path, {"embeddings": E.astype(np.float32)}, {"encoder_id": path.stem, "sentences_sha256": "s" * 64})
+    write_h5(path, {"embeddings": E.astype(np.float32)}, {"encoder_id": path.stem, "model": path.parent.name,
+                                                            "sentences_sha256": "s" * 64})
     return path
 
 
@@ -268,8 +269,8 @@ def test_stored_pip_artifact_is_small_and_gives_dense_features_and_pairwise_qre(
     for d, basis in ((40, "V"), (150, "svd")):
         # Anisotropic: singular values spread over 4 decades (λ over 8), as real encoders' are.
         E = (rng.standard_normal((n, d)) * np.logspace(0, -4, d)).astype(np.float32).astype(np.float64)
-        emb = _emb_file(tmp_path / f"emb/e{d}.h5", E)
-        pip = tmp_path / f"pip/e{d}.h5"
+        emb = _emb_file(tmp_path / f"emb/m/e{d}.h5", E)
+        pip = tmp_path / f"pip/m/e{d}.h5"
         pip_step(str(emb.parent), emb.stem, str(pip), tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
         with h5py.File(pip, "r") as f:
             assert f.attrs["basis"] == basis and "U" not in f and ("V" in f) == (basis == "V")
@@ -289,12 +290,12 @@ def test_stored_pip_refuses_changed_or_missing_embeddings(tmp_path):
     from encmap.pipeline.pip import pip_step
 
     rng = np.random.default_rng(12)
-    emb = _emb_file(tmp_path / "emb/enc-a.h5", rng.standard_normal((50, 6)))
-    pip = tmp_path / "pip/enc-a.h5"
+    emb = _emb_file(tmp_path / "emb/m/enc-a.h5", rng.standard_normal((50, 6)))
+    pip = tmp_path / "pip/m/enc-a.h5"
     pip_step(str(emb.parent), "enc-a", str(pip), tol=1e-12, dense_max_n=0, center=True, normalize_rows=True)
     before = pip.read_bytes()
     _emb_file(emb, rng.standard_normal((50, 6)))  # re-embedded: other values
-    with pytest.raises(EncmapError, match=r"pip/enc-a.h5: was factored from other embeddings .*enc-a.h5.*"
+    with pytest.raises(EncmapError, match=r"pip/m/enc-a.h5: was factored from other embeddings .*enc-a.h5.*"
                                           r"rerun the pip stage of encoder 'enc-a'"):
         load_spectrum(pip)
     emb.unlink()
@@ -308,6 +309,7 @@ def test_pip_files_of_the_earlier_format_still_read(tmp_path):
     from encmap.io import write_h5
 
     s = factor_pip(np.random.default_rng(13).standard_normal((20, 5)))
-    write_h5(tmp_path / "old.h5", {"U": s.U, "lam": s.lam}, {"trace": s.trace, "encoder_id": "old"})
+    write_h5(tmp_path / "old.h5", {"U": s.U, "lam": s.lam}, {"trace": s.trace, "encoder_id": "old",
+                                                                     "model": tmp_path.name})
     got, _ = load_spectrum(tmp_path / "old.h5")
     assert np.array_equal(got.U, s.U) and np.array_equal(got.lam, s.lam)

@@ -119,7 +119,7 @@ def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
         d.mkdir(parents=True)
         for i, r in enumerate(recs):
             if r["model"] == g:
-                (d / f"{r['id']}.json").write_text(json.dumps({"encoder_id": r["id"], "sentences_sha256": "x", "tasks": {
+                (d / f"{r['id']}.json").write_text(json.dumps({"encoder_id": r["id"], "model": g, "sentences_sha256": "x", "tasks": {
                     "lee": {"main_score": float(F[i, 0])}, "polarity": {"main_score": float(F[i, 1])}}}))
         dirs.append(str(d))
     return str(root / "qre.h5"), dirs

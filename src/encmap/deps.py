@@ -2,9 +2,9 @@
 
 A stage's job is declared by ``rules/<stage>.smk`` and runs ``scripts/<stage>.py`` (a ``script:``
 rule, or a ``run:`` block that hands the script to :func:`encmap.jobs.in_process`). Its code
-dependencies are those two files, ``scripts/_log.py`` when the script imports it, and every
-encmap module the job can execute, found by following imports from the rule's ``run:`` block and
-the script:
+dependencies are those two files, ``scripts/_job.py`` (the helper every script imports, with
+everything it imports), and every encmap module the job can execute, found by following imports
+from the rule's ``run:`` block and the script:
 
 - through the *functions that are reached*, not whole modules: importing ``f`` from a module
   executes that module's top level and makes ``f`` reachable; ``f``'s body (its lazy imports and
@@ -235,6 +235,17 @@ def _smk_entries(text: str) -> list[tuple[str, str]]:
     return out
 
 
+def _encmap_imports(tree: ast.AST) -> list[tuple[str, str]]:
+    """Every absolute encmap import anywhere in ``tree``, as (module, symbol) entries."""
+    out: list[tuple[str, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "encmap":
+            out += [(node.module, a.name) for a in node.names]
+        elif isinstance(node, ast.Import):
+            out += [(a.name, _MODULE) for a in node.names if a.name.split(".")[0] == "encmap"]
+    return out
+
+
 def stage_code(root: str | Path, stage: str) -> list[str]:
     """The code files (relative to ``root``) that DVC stage ``stage`` must depend on, sorted.
 
@@ -259,7 +270,10 @@ def stage_code(root: str | Path, stage: str) -> list[str]:
             if node.module.split(".")[0] == "encmap":
                 entries += [(node.module, a.name) for a in node.names]
             elif (root / "scripts" / f"{node.module}.py").is_file():
-                files.add(root / "scripts" / f"{node.module}.py")
+                # A helper beside the scripts (scripts/_job.py): all it imports, lazily or not.
+                helper = root / "scripts" / f"{node.module}.py"
+                files.add(helper)
+                entries += _encmap_imports(ast.parse(helper.read_text(encoding="utf-8"), filename=str(helper)))
         elif isinstance(node, ast.Import):
             entries += [(a.name, _MODULE) for a in node.names if a.name.split(".")[0] == "encmap"]
     for module, symbol in entries:

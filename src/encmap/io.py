@@ -30,8 +30,30 @@ from .validation import EncmapError
 PAUSE_ENV = "ENCMAP_PAUSE_BEFORE_RENAME"
 
 
+#: When the current job started (ns since the epoch), if it is a job that may outlive its
+#: Snakemake (a ``script:`` job); None in library use. See :func:`set_job_start`.
+_job_started_ns: int | None = None
+
+
+def set_job_start(ns: int | None) -> None:
+    """From now on, refuse to replace an output that was written after ``ns`` (a newer run's).
+
+    A job orphaned by a killed Snakemake would otherwise rename its outputs over those of the
+    run that started after it, e.g. coordinates of the old seed beside a model of the new one.
+    """
+    global _job_started_ns
+    _job_started_ns = ns
+
+
+def _refuse_newer(target: Path) -> None:
+    if _job_started_ns is not None and target.exists() and target.stat().st_mtime_ns > _job_started_ns:
+        raise EncmapError(f"{target}: written by another run after this job started; not replacing it with this "
+                          "job's result (was the Snakemake that started this job killed?)")
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
+    """A temporary path beside ``path``, renamed over it when the block completes (removed if it fails)."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
@@ -41,6 +63,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         os.chmod(tmp, 0o644)
         if os.environ.get(PAUSE_ENV):  # testing aid: hold the finished temporary file in place
             time.sleep(float(os.environ[PAUSE_ENV]))
+        _refuse_newer(target)
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -134,6 +157,7 @@ def swap_dir(out: str | Path, write) -> None:
     try:
         write(tmp)
         tmp.chmod(0o755)  # mkdtemp makes 0700
+        _refuse_newer(out)
         if out.exists():
             shutil.rmtree(out)
         tmp.rename(out)
@@ -188,3 +212,30 @@ def read_sentences(path: str | Path) -> list[str]:
     except UnicodeDecodeError as e:
         raise EncmapError(f"{p}: not valid UTF-8 ({e.reason})") from None
     return text.splitlines()
+
+
+def read_curated(path: str | Path, n: int | None = None) -> tuple[list[str], str]:
+    """The curated sentence set and its sha256, verified against what curation wrote.
+
+    ``data/sentences/<set>.txt`` must match the checksum ``<set>.sha256`` that curation wrote
+    beside it and, when given, hold ``n`` sentences (params ``sentences.n``). Old: a file cut or
+    edited after curation was embedded as it was, every stage rebuilt on it, without a word.
+
+    Returns
+    -------
+    sentences : list of str
+    sha256 : str
+    """
+    p = Path(path)
+    sha_file = p.with_suffix(".sha256")
+    if not sha_file.is_file():
+        raise EncmapError(f"{p}: no checksum {sha_file.name} beside it (curation writes both); rerun curate")
+    expected = sha_file.read_text(encoding="utf-8").split()[0]
+    actual = file_sha256(p)
+    if actual != expected:
+        raise EncmapError(f"{p}: changed after curation (its sha256 {actual[:12]}… is not the {expected[:12]}… "
+                          f"in {sha_file.name}); rerun curate (snakemake --forcerun curate, or dvc repro curate)")
+    sentences = read_sentences(p)
+    if n is not None and len(sentences) != n:
+        raise EncmapError(f"{p}: {len(sentences)} sentences, but params say sentences.n = {n}; rerun curate")
+    return sentences, actual

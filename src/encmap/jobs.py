@@ -10,6 +10,11 @@ object (input, output, params, wildcards, threads, log, resources); its stderr (
 progress, the traceback of a failure) goes to the rule's log file, per thread, so that jobs
 running side by side do not mix their logs.
 
+``script:`` jobs run in their own process (``snakemake -> bash -> python``), and a Snakemake
+killed with SIGKILL leaves them running with parent 1: :func:`guard_script_job` makes such a job
+stop when its Snakemake is gone, and makes its writes refuse to replace an output that a newer
+run wrote meanwhile (:func:`encmap.io.set_job_start`).
+
 Threads: BLAS thread counts are process-wide, so jobs sharing a process cannot each set their
 own without racing (and a different count changes the last bits of an SVD: artifacts must
 reproduce byte for byte). In-process jobs therefore run NumPy/SciPy's BLAS on one thread each,
@@ -20,9 +25,11 @@ them side by side as there are cores. Torch keeps its own pool (``torch.set_num_
 from __future__ import annotations
 
 import io
+import os
 import runpy
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
 from types import SimpleNamespace
@@ -70,7 +77,7 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
             _blas_limit = threadpool_limits(1, user_api="blas")
         if not isinstance(sys.stderr, _ThreadStderr):
             sys.stderr = _ThreadStderr(sys.stderr)
-        if str(script.parent) not in sys.path:  # the adapters import their _log helper
+        if str(script.parent) not in sys.path:  # the adapters import their _job helper
             sys.path.insert(0, str(script.parent))
     job = SimpleNamespace(input=input, output=output, params=params, wildcards=wildcards, threads=None,
                           log=log, resources=resources, in_process=True)
@@ -86,3 +93,58 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
         _local.stream = None
         if fh:
             fh.close()
+
+
+def _proc_stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time in clock ticks) of a process, from /proc; None if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def _is_snakemake(pid: int) -> bool:
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+    except OSError:
+        return False
+    return any(Path(a).name == "snakemake" for a in args) or any(
+        a == "-m" and b == "snakemake" for a, b in zip(args, args[1:]))
+
+
+def snakemake_ancestors(pid: int | None = None) -> list[tuple[int, int]]:
+    """(pid, start time) of every Snakemake process above ``pid`` (default: this one), nearest first."""
+    out, pid = [], os.getppid() if pid is None else pid
+    while pid > 1:
+        stat = _proc_stat(pid)
+        if stat is None:
+            break
+        if _is_snakemake(pid):
+            out.append((pid, stat[1]))
+        pid = stat[0]
+    return out
+
+
+def guard_script_job(poll_seconds: float = 1.0) -> None:
+    """Call first in a ``script:`` job: its writes refuse to replace outputs newer than the job,
+    and it exits when a Snakemake above it is gone (killed, or the session ended)."""
+    from .io import set_job_start
+
+    set_job_start(time.time_ns())
+    watched = snakemake_ancestors()
+    if not watched:
+        return
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            for pid, started in watched:
+                stat = _proc_stat(pid)
+                if stat is None or stat[1] != started:  # gone, or its pid reused by another process
+                    sys.stderr.write(f"encmap: Snakemake (pid {pid}) is gone; stopping this job so that it cannot "
+                                     "overwrite the outputs of a newer run\n")
+                    sys.stderr.flush()
+                    os._exit(75)
+
+    threading.Thread(target=watch, name="encmap-parent-watch", daemon=True).start()

@@ -79,7 +79,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from .artifacts.features import encoder_record
     from .artifacts.pip import as_stored
     from .encoders.embed import embed_model, model_device
-    from .io import file_sha256, read_sentences
+    from .io import read_curated
     from .maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
     from .maps.fields import FIELDS, coords_csv, neighbours_csv
     from .maps.page import page_data, render_page
@@ -101,7 +101,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
         raise EncmapError(f"{model_h5} and results/features/qre.h5 disagree on the encoders or sentences; "
                           "rerun the map stage")
     sentences = root / f"data/sentences/{params['sentences']['set']}.txt"
-    sha = file_sha256(sentences)
+    texts, sha = read_curated(sentences, params["sentences"]["n"])
     if sha != fm["attrs"]["sentences_sha256"]:
         raise EncmapError(f"{sentences} (sha256 {sha[:12]}…) is not the sentence set the map was computed on "
                           f"({fm['attrs']['sentences_sha256'][:12]}…); rerun the pipeline first")
@@ -110,7 +110,6 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     _, pattrs = read_h5(root / LAYOUT["pip"].format(model=first["model"], encoder=first["id"]), [])
     eps, direction = float(fm["attrs"]["eps"]), str(fm["attrs"]["direction"])
 
-    texts = read_sentences(sentences)
     res = embed_model(model, spec, texts, model_device(spec, device), threads=threads, degenerate="error")
     ids, feats, records, spectra = [], [], [], []
     # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the

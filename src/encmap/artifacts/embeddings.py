@@ -21,6 +21,21 @@ def encoder_file(indir: str | Path, encoder: str, what: str) -> Path:
     return f
 
 
+def check_is_encoder(path: str | Path, attrs: dict, encoder: str, what: str, model: str | None = None) -> None:
+    """Refuse a per-encoder artifact that holds another encoder than the one it is read for.
+
+    A file's name says which encoder it is read as; the attributes its step wrote say which
+    encoder (and model) it holds. They differ when a file was copied or renamed by hand, and the
+    map would then show one encoder twice and another not at all.
+    """
+    stored = attrs.get("encoder_id")
+    if stored != encoder or (model is not None and attrs.get("model") != model):
+        holds = f"encoder {stored!r}" + (f" of model {attrs.get('model')!r}" if model is not None else "")
+        raise EncmapError(f"{path}: holds the {what} of {holds}, but is read as encoder {encoder!r}"
+                          + (f" of model {model!r}" if model is not None else "")
+                          + " (copied or renamed by hand?); delete it and rerun the stage that makes it")
+
+
 def stale_sentences(path: str | Path, what: str, encoder: str) -> EncmapError:
     """The error for an artifact made from another sentence set than the map's."""
     return EncmapError(f"{path}: encoder {encoder!r}: {what} made from another sentence set than the map's "
@@ -38,6 +53,7 @@ def read_embeddings(emb_dirs: list[str], ids: list[str], records: dict[str, dict
             raise EncmapError(f"encoder {e!r}: no embeddings directory of model {model!r} among the inputs")
         f = encoder_file(dirs[model], e, "embeddings")
         data, attrs = read_h5(f, ["embeddings"])
+        check_is_encoder(f, attrs, e, "embeddings", model)
         if attrs["sentences_sha256"] != sha:
             raise stale_sentences(str(f), "embeddings", e)
         if data["embeddings"].shape[0] != n:

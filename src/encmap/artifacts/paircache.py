@@ -37,6 +37,23 @@ def code_key(modules: Sequence[str], params: Any) -> str:
     return h.hexdigest()
 
 
+def content_checksum(datasets: dict[str, Any], key: str) -> str:
+    """sha256 over a pair file's datasets (names, dtypes, shapes, values) and its reuse key.
+
+    Stored in the file (``checksum``) and checked before any stored pair is reused: an edited
+    value (the file is still valid HDF5, or JSON) is found and nothing of the file is reused.
+    """
+    h = hashlib.sha256(key.encode() + b"\0")
+    for name in sorted(datasets):
+        a = np.asarray(datasets[name])
+        h.update(f"{name}\0{a.shape}\0".encode())
+        if a.dtype.kind in "OUS":
+            h.update("\0".join(map(str, a.ravel().tolist())).encode())
+        else:
+            h.update(np.ascontiguousarray(a, dtype=np.float64 if a.dtype.kind == "f" else a.dtype).tobytes())
+    return h.hexdigest()
+
+
 def reuse_index(prev_ids: Sequence[str], prev_fps: Sequence[str], ids: Sequence[str], fps: Sequence[str]) -> np.ndarray:
     """For each current encoder, its row in the stored results if its fingerprint is unchanged, else -1.
 
@@ -52,7 +69,7 @@ def previous_matrices(path: str | Path, names: Sequence[str], key: str) -> tuple
     """The stored ids, fingerprints and matrices of a pair stage's last output, if reusable.
 
     None (and a line on stderr saying why) when the file is missing, unreadable, from other code
-    or params (another key), or lacks a matrix.
+    or params (another key), lacks a matrix, or does not match its own checksum (edited).
     """
     p = Path(path)
     if not p.exists():
@@ -64,6 +81,10 @@ def previous_matrices(path: str | Path, names: Sequence[str], key: str) -> tuple
         return None
     if attrs.get("key") != key:
         print(f"not reusing {p}: computed by other code or params", file=sys.stderr)
+        return None
+    if attrs.get("checksum") != content_checksum(data, key):
+        print(f"not reusing {p}: its contents do not match their checksum (edited after it was written?); "
+              "recomputing every pair", file=sys.stderr)
         return None
     return [str(x) for x in data["encoder_ids"]], [str(x) for x in data["fingerprints"]], \
         {k: data[k] for k in names}

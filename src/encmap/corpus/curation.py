@@ -71,6 +71,8 @@ def curate(candidates: Iterable[Candidate], *, n: int, seed: int, min_words: int
     rng = np.random.default_rng(seed)
     sources = sorted(pool)
     w = np.array([float((weights or {}).get(s, 1.0)) for s in sources])
+    if not np.all(np.isfinite(w) & (w > 0)):  # a NaN or infinite share never allocates: refuse, do not spin
+        raise EncmapError(f"source weights must be finite and > 0, got {dict(zip(sources, w.tolist()))}")
     caps = np.array([sum(len(v) for v in pool[s].values()) for s in sources])
     quota = _allocate(n, w / w.sum(), caps)
     chosen: list[Candidate] = []

@@ -16,7 +16,7 @@ from threadpoolctl import threadpool_limits
 from .. import __version__
 from ..artifacts.embeddings import read_embeddings
 from ..artifacts.features import read_feature_matrix
-from ..artifacts.paircache import code_key, previous_matrices, reuse_index, reuse_pairs
+from ..artifacts.paircache import code_key, content_checksum, previous_matrices, reuse_index, reuse_pairs
 from ..io import atomic_write_json, write_h5
 from ..sampling import sample_rows
 from ..similarity.cka import gram_cka_matrix, rbf_gram
@@ -41,9 +41,10 @@ def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, sub
     t0 = time.perf_counter()
     rbf, rbf_attrs, computed = _rbf_pairs(X, ids, fps, pairs, rbf, out["rbf"], threads)
     seconds = time.perf_counter() - t0
-    common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
-    write_h5(out["rbf"], rbf | common, rbf_attrs | {
-        "sentences_sha256": fm["attrs"]["sentences_sha256"], "encmap_version": __version__,
+    datasets = rbf | {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
+    write_h5(out["rbf"], datasets, rbf_attrs | {
+        "checksum": content_checksum(datasets, rbf_attrs["key"]), "sentences_sha256": fm["attrs"]["sentences_sha256"],
+        "encmap_version": __version__,
         "note": "RBF CKA (bandwidth = threshold x median distance) on a seeded sample of sentences"})
     atomic_write_json(out["timing"], {"rbf_seconds": round(seconds, 3), "rbf_pairs_computed": computed,
                                       "rbf_pairs": len(pairs) // 2})

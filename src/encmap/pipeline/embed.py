@@ -9,20 +9,19 @@ import numpy as np
 from .. import __version__
 from ..encoders.embed import embed_model, model_device
 from ..encoders.result import library_versions
-from ..io import file_sha256, read_sentences, swap_dir, write_h5
+from ..io import read_curated, swap_dir, write_h5
 
 
 def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
-               threads: int | None = None, degenerate: str = "error") -> list[str]:
+               threads: int | None = None, degenerate: str = "error", n: int | None = None) -> list[str]:
     """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
 
     Every variant is computed and checked before anything is written, and the directory is
     swapped in whole, so a failing encoder leaves no partial artifact.
     """
-    texts = read_sentences(sentences_path)
+    texts, sha = read_curated(sentences_path, n)
     dev = model_device(spec, device)
     res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
-    sha = file_sha256(sentences_path)
     libraries = library_versions()  # the same for every variant: look them up once
 
     def write(tmp: Path) -> None:

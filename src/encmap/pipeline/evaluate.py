@@ -12,7 +12,7 @@ from .. import __version__
 from ..artifacts.tasks import read_tasks, task_texts
 from ..downstream.metrics import score_tasks
 from ..encoders.embed import embed_model, model_device
-from ..io import file_sha256, read_sentences, rounded, swap_dir
+from ..io import file_sha256, read_curated, rounded, swap_dir
 from ..parallel import map_single_threaded
 from ..validation import EncmapError
 
@@ -22,7 +22,7 @@ DIGITS = 6
 
 def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: str, outdir: str, *,
                   evaluate: dict[str, Any], device: str = "auto", threads: int | None = None,
-                  degenerate: str = "error") -> list[str]:
+                  degenerate: str = "error", n: int | None = None) -> list[str]:
     """Score every encoder of one model on every task; ``<outdir>/<encoder>.json`` each.
 
     All evaluation texts are embedded in one pass of the model, with the same machinery and
@@ -32,13 +32,13 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     written unless every encoder is scored.
     """
     built = read_tasks(tasks_path)
-    sha = file_sha256(sentences)
+    probes, sha = read_curated(sentences, n)
     if built["sentences_sha256"] != sha:
         raise EncmapError(f"{tasks_path} was built against another sentence set than {sentences}; rerun 'tasks'")
     tasks = built["tasks"]
     texts = sorted({t for task in tasks.values() for t in task_texts(task)})
     rows = {t: i for i, t in enumerate(texts)}
-    dev, probes = model_device(spec, device), read_sentences(sentences)
+    dev = model_device(spec, device)
 
     def embed(some: list[str]):
         return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)

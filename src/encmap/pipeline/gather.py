@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.features import encoder_record
 from ..io import atomic_write_json, read_h5, write_h5
 from ..validation import EncmapError
@@ -28,8 +29,13 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None) 
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
     rows, ids, meta, encoders, dropped = [], [], [], [], {}
     first: dict[str, Any] | None = None
+    seen: dict[str, Path] = {}
     for f in files:
         data, attrs = read_h5(f, ["features"])
+        check_is_encoder(f, attrs, f.stem, "features", f.parent.name)
+        if f.stem in seen:
+            raise EncmapError(f"{f}: encoder {f.stem!r} is gathered twice (also {seen[f.stem]})")
+        seen[f.stem] = f
         key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")} | {"n": len(data["features"])}
         if first is None:
             first = key

@@ -15,9 +15,9 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from .. import __version__
-from ..artifacts.embeddings import stale_sentences
+from ..artifacts.embeddings import check_is_encoder, stale_sentences
 from ..artifacts.features import read_feature_matrix
-from ..artifacts.paircache import code_key, fingerprints, previous_matrices, reuse_index, reuse_pairs
+from ..artifacts.paircache import code_key, content_checksum, fingerprints, previous_matrices, reuse_index, reuse_pairs
 from ..artifacts.pip import load_spectrum
 from ..io import atomic_write_json, read_h5, write_h5
 from ..qre.spectrum import Spectrum
@@ -60,7 +60,9 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
         raise EncmapError(f"{features}: encoder {missing[0]!r} is on the map but has no PIP among the inputs; "
                           "rerun the pip stage")
     for e in ids:
-        if read_h5(by_id[e], [])[1]["sentences_sha256"] != sha:
+        attrs = read_h5(by_id[e], [])[1]
+        check_is_encoder(by_id[e], attrs, e, "PIP")
+        if attrs["sentences_sha256"] != sha:
             raise stale_sentences(by_id[e], "PIP", e)
     fps = fingerprints([by_id[e] for e in ids])
     key = code_key(PAIR_CODE, {"eps": eps})
@@ -103,10 +105,12 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     common = {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
     attrs_out = {"eps": eps, "sentences_sha256": sha, "m": m, "n": n, "key": key,
                  "encmap_version": __version__}
-    write_h5(out_qre, {"qre": res["qre"]} | common, attrs_out | {
-        "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log"})
-    write_h5(out_cka, {"cka": res["cka"], "cka_debiased": res["cka_debiased"]} | common, attrs_out | {
-        "note": "linear CKA of the embeddings (the PIPs' kernel): biased HSIC and Song et al.'s unbiased HSIC"})
+    q = {"qre": res["qre"]} | common
+    c = {"cka": res["cka"], "cka_debiased": res["cka_debiased"]} | common
+    write_h5(out_qre, q, attrs_out | {"checksum": content_checksum(q, key),
+                                      "note": "qre[i, j] = S(rho_i,eps || rho_j,eps), exact (factored), natural log"})
+    write_h5(out_cka, c, attrs_out | {"checksum": content_checksum(c, key), "note": "linear CKA of the embeddings "
+                                      "(the PIPs' kernel): biased HSIC and Song et al.'s unbiased HSIC"})
     computed = int(todo.sum())
     atomic_write_json(timing, {"pairwise_seconds": round(seconds, 3), "pairs": m * (m - 1) // 2,
                                "pairs_computed": computed, "pairs_reused": m * (m - 1) // 2 - computed,

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from threadpoolctl import threadpool_limits
 
 from .. import __version__
-from ..artifacts.embeddings import CARRIED, encoder_file
+from ..artifacts.embeddings import CARRIED, check_is_encoder, encoder_file
 from ..artifacts.pip import write_pip
 from ..io import read_h5
 from ..qre.spectrum import factor_pip, prepare_embeddings
@@ -19,6 +21,7 @@ def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: i
     """
     f = encoder_file(emb_dir, encoder, "embeddings")
     data, attrs = read_h5(f, ["embeddings"])
+    check_is_encoder(f, attrs, encoder, "embeddings", Path(emb_dir).name)
     name = f"encoder {encoder!r} ({f})"
     E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
     with threadpool_limits(threads):  # the job's share of cores when jobs run side by side

@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
+from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_predictions
 from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
@@ -30,7 +31,14 @@ def read_eval_scores(eval_dirs: list[str], sentences_sha256: str) -> tuple[dict[
         if not files:
             raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
         for f in files:
-            r = json.loads(f.read_text(encoding="utf-8"))
+            try:
+                r = json.loads(f.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as e:
+                raise EncmapError(f"{f}: not valid JSON ({e.msg} at line {e.lineno}); rerun the 'evaluate' rule "
+                                  "for this model") from None
+            check_is_encoder(f, r, f.stem, "scores", Path(d).name)
+            if f.stem in scores:
+                raise EncmapError(f"{f}: encoder {f.stem!r} has scores in two directories")
             if r.get("sentences_sha256") != sentences_sha256:
                 raise EncmapError(f"{f}: scored against another sentence set than the features "
                                   f"({str(r.get('sentences_sha256'))[:12]}… vs {sentences_sha256[:12]}…); "

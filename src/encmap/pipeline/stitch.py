@@ -46,7 +46,8 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subs
     t0 = time.perf_counter()
     table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads)
     seconds = time.perf_counter() - t0
-    atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")} | {"rows": table})
+    atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")}
+                      | {"rows": table, "checksum": rows_checksum(table, info["key"])})
     atomic_write_text(out["csv"], stitch_csv(table))
     atomic_write_json(out["timing"], {"stitch_seconds": round(seconds, 3), "stitch_pairs": len(pairs)}
                       | {k: info[k] for k in ("stitch_pairs_computed", "device", "fits", "fit_seconds")})
@@ -56,14 +57,29 @@ def _previous_stitches(path: str, key: str) -> dict[tuple[str, str], list[dict]]
     """Stored stitch rows by (source, target), if computed by the same code and params."""
     if not Path(path).exists():
         return {}
-    prev = json.loads(Path(path).read_text())
+    try:
+        prev = json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        print(f"not reusing {path}: not valid JSON ({e})", file=sys.stderr)
+        return {}
     if prev.get("key") != key:
         print(f"not reusing {path}: computed by other code or params", file=sys.stderr)
+        return {}
+    if prev.get("checksum") != rows_checksum(prev.get("rows"), key):
+        print(f"not reusing {path}: its rows do not match their checksum (edited after it was written?); "
+              "refitting every stitch", file=sys.stderr)
         return {}
     old: dict[tuple[str, str], list[dict]] = {}
     for r in prev["rows"]:
         old.setdefault((r["source"], r["target"]), []).append(r)
     return old
+
+
+def rows_checksum(rows: list[dict] | None, key: str) -> str:
+    """sha256 of the stitch rows (as JSON) and the reuse key: an edited row is never reused."""
+    import hashlib
+
+    return hashlib.sha256((key + "\0" + json.dumps(rows, sort_keys=True)).encode()).hexdigest()
 
 
 def _stitch_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]],

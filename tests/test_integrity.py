@@ -1,0 +1,139 @@
+"""Artifacts changed behind the pipeline's back, through real Snakemake runs.
+
+Old: each of these ended with `snakemake --cores 2` exiting 0 on a wrong result, or saying
+"Nothing to be done" while the damage stayed: another encoder's embeddings accepted (qre.h5 listed
+one encoder twice), a sentence file cut after curation used as it was, a truncated / NaN /
+reshaped embeddings file or a deleted features file left in place, an edited pair result reused.
+Now the ledger (encmap.integrity) moves a damaged output aside and its job runs again, and where
+the ledger cannot know (a project copied without .snakemake), each reader refuses the file.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+from support.project import ARTIFACTS, SMALL_MAP, make_project, run, tiny_params, tree_hashes
+
+from encmap.artifacts.features import read_feature_matrix
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory, tiny_bert, user_file) -> Path:
+    params = tiny_params(tiny_bert, user_file, n=150)
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP  # 4 encoders
+    params["similarity"]["stitch"] |= {"mlp_depths": [], "sample": 150}
+    proj = make_project(tmp_path_factory.mktemp("built") / "p", params)
+    run("snakemake --cores 2", proj)
+    assert (proj / ".snakemake/encmap/ledger.sqlite").is_file()
+    return proj
+
+
+def copy(built: Path, tmp_path: Path, ledger: bool = True) -> Path:
+    proj = tmp_path / "p"
+    shutil.copytree(built, proj, symlinks=True)  # copy2: modification times kept
+    if not ledger:
+        shutil.rmtree(proj / ".snakemake/encmap")
+    return proj
+
+
+def hashes(proj: Path) -> dict[str, str]:
+    """Every artifact's sha256, less the wall-clock timing files (which differ by design)."""
+    return {k: v for k, v in tree_hashes(proj, *ARTIFACTS).items() if not k.endswith("timing.json")}
+
+
+def nothing_to_do(proj: Path) -> bool:
+    r = run("snakemake -n", proj)
+    return "Nothing to be done" in r.stdout + r.stderr
+
+
+def ids(proj: Path) -> list[str]:
+    return read_feature_matrix(proj / "results/features/qre.h5")["ids"]
+
+
+def test_another_encoders_file_is_moved_aside_and_made_again(built, tmp_path):
+    proj = copy(built, tmp_path)
+    before = hashes(proj)
+    shutil.copy(proj / "results/embeddings/gauss/gauss__out.h5", proj / "results/embeddings/lsa/lsa__d8.h5")
+    (proj / "results/embeddings/lsa/.snakemake_timestamp").touch()
+    r = run("snakemake --cores 2", proj)
+    assert "results/embeddings/lsa/lsa__d8.h5: changed since encmap wrote it" in r.stderr
+    assert "moved results/embeddings/lsa aside" in r.stderr
+    assert ids(proj) == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max"]
+    assert hashes(proj) == before  # made again, byte for byte
+    aside = list((proj / ".snakemake/encmap/damaged").glob("*/results/embeddings/lsa/lsa__d8.h5"))
+    assert len(aside) == 1  # kept as evidence
+    assert nothing_to_do(proj)
+
+
+def test_without_the_ledger_the_reader_refuses_another_encoders_file(built, tmp_path):
+    proj = copy(built, tmp_path, ledger=False)
+    shutil.copy(proj / "results/embeddings/gauss/gauss__out.h5", proj / "results/embeddings/lsa/lsa__d8.h5")
+    (proj / "results/embeddings/lsa/.snakemake_timestamp").touch()
+    r = run("snakemake --cores 2", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/pip/lsa/lsa__d8.log").read_text()
+    assert "lsa__d8.h5: holds the embeddings of encoder 'gauss__out' of model 'gauss'" in log, log[-2000:]
+    assert ids(proj).count("gauss__out") == 1
+
+
+def test_a_sentence_file_cut_after_curation(built, tmp_path):
+    txt = "data/sentences/tiny.txt"
+    proj = copy(built, tmp_path)
+    lines = (proj / txt).read_text().splitlines(keepends=True)
+    (proj / txt).write_text("".join(lines[:100]))
+    r = run("snakemake --cores 2", proj)  # the ledger moves it aside: curated again
+    assert f"{txt}: changed since encmap wrote it" in r.stderr
+    assert (proj / txt).read_text() == "".join(lines)
+    assert read_feature_matrix(proj / "results/features/qre.h5")["F"].shape[1] == 150
+
+    proj = copy(built, tmp_path / "no-ledger", ledger=False)
+    (proj / txt).write_text("".join(lines[:100]))
+    r = run("snakemake --cores 2 --keep-going", proj, check=False)
+    assert r.returncode != 0
+    log = (proj / "logs/embed/gauss.log").read_text()
+    assert f"{txt}: changed after curation" in log and "rerun curate" in log, log[-2000:]
+    assert read_feature_matrix(proj / "results/features/qre.h5")["F"].shape[1] == 150  # nothing rebuilt on 100
+
+
+@pytest.mark.parametrize("damage", ["truncate", "nan", "shape", "delete-features"])
+def test_damaged_artifacts_are_made_again(built, tmp_path, damage):
+    proj = copy(built, tmp_path)
+    before = hashes(proj)
+    emb = proj / "results/embeddings/gauss/gauss__out.h5"
+    if damage == "truncate":
+        emb.write_bytes(emb.read_bytes()[:1000])
+    elif damage == "nan":
+        data = emb.read_bytes()
+        with h5py.File(emb, "r") as f:
+            offset = f["embeddings"].id.get_offset()
+        emb.write_bytes(data[:offset] + np.float32(np.nan).tobytes() + data[offset + 4:])  # in place
+    elif damage == "shape":
+        with h5py.File(emb, "r") as f:
+            attrs = dict(f.attrs)
+        from encmap.io import write_h5
+
+        write_h5(emb, {"embeddings": np.ones((150, 3), np.float32)}, attrs)
+    else:
+        (proj / "results/features/encoders/lsa/lsa__d16.h5").unlink()
+    r = run("snakemake --cores 2", proj)
+    assert ("changed since encmap wrote it" in r.stderr) != (damage == "delete-features")
+    assert hashes(proj) == before
+    assert nothing_to_do(proj)
+
+
+def test_an_edited_pair_result_is_recomputed(built, tmp_path):
+    pw = "results/similarity/qre_pairwise.h5"
+    for ledger in (True, False):
+        proj = copy(built, tmp_path / str(ledger), ledger=ledger)
+        before = hashes(proj)
+        with h5py.File(proj / pw, "r+") as f:  # a copy, never a DVC-tracked file
+            f["qre"][0, 1] += 1.0
+        run("snakemake --cores 2 --forcerun pairwise", proj)
+        assert hashes(proj) == before, ledger
