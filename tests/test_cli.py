@@ -44,3 +44,23 @@ def test_cli_deps_checks_dvc_yaml_and_prints_a_stage(capsys):
 def test_cli_params_doc_prints_the_parameters_page(capsys):
     assert cli.main(["params-doc"]) == 0
     assert capsys.readouterr().out == (REPO / "docs/parameters.md").read_text()
+
+
+def test_cli_prune_removes_only_dropped_variants_and_nothing_on_bad_params(tmp_path, capsys, monkeypatch):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params))
+    folder = tmp_path / "results/pip/tfidf-svd"
+    folder.mkdir(parents=True)
+    for name in ("tfidf-svd__d128.h5", "tfidf-svd__d512.h5", "tfidf-svd__d64.h5"):  # d64: a dropped variant
+        (folder / name).write_bytes(b"x")
+    bad = params | {"qre": {"direction": "forward", "eps": 1.5}}
+    (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
+    assert cli.main(["--params", "bad.yaml", "prune", "pip", "tfidf-svd"]) == 2
+    assert "key qre.eps" in capsys.readouterr().err and len(list(folder.iterdir())) == 3  # nothing touched
+    assert cli.main(["prune", "pip", "tfidf-svd"]) == 0
+    assert "removed results/pip/tfidf-svd/tfidf-svd__d64.h5" in capsys.readouterr().out
+    assert sorted(p.name for p in folder.iterdir()) == ["tfidf-svd__d128.h5", "tfidf-svd__d512.h5"]
+    assert cli.main(["prune", "pip", "nope"]) == 2

@@ -96,6 +96,22 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatc
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 
+    # A bad value is refused before any output is removed (every output persists), and the way back
+    # is `git checkout params.yaml && dvc checkout`. Old: `dvc exp run -S qre.eps=1.5` failed clearly,
+    # but DVC had already deleted the features stage's outputs.
+    for bad, match in (("qre.eps=1.5", "key qre.eps: 1.5"), ("map.perplexity=abc", "key map.perplexity: 'abc'")):
+        r = run(f"dvc exp run -S {bad}", proj, check=False)
+        assert r.returncode != 0 and match in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+        assert tree_hashes(proj, *ARTIFACTS) == h1, bad
+        run("git checkout -q -- params.yaml && dvc checkout -q", proj)
+        assert "up to date" in run("dvc status", proj).stdout
+    # A temporary experiment runs in a clean checkout of the commit, as queued ones do. Old: the
+    # Brown corpus under the git-ignored vendor/ was missing there, so curate failed.
+    out = run("dvc exp run --temp -S map.perplexity=1.2", proj).stdout
+    assert ran(out) == {"map"}, out
+    assert tree_hashes(proj, *ARTIFACTS) == h1  # the workspace is untouched
+    assert "map.perplexity" in run("dvc exp show --no-pager --csv", proj).stdout
+
     # A regression param reruns the regression alone; `dvc metrics diff` shows its effect.
     out = run("dvc exp run -S 'regress.ridge_alphas=[1000.0]'", proj).stdout
     assert ran(out) == {"regress"}, out

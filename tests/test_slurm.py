@@ -102,8 +102,8 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
     # features of each model's encoders in one group job per DVC stage (3 models x 2 stages:
     # 6 submissions for the 5 encoders' 10 jobs; tiny-st's 3 pip jobs went as one).
     rules = Counter(re.match(r"rule_([a-z_]+?)(?:_wildcards_|$)", j.get("Comment", "")).group(1) for j in jobs)
-    assert rules == {"curate": 1, "embed": 3, "encoders": 6, "gather": 1, "pairwise": 1, "cka_rbf": 1, "stitch": 1,
-                     "agreement": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, jobs
+    assert rules == {"curate": 1, "embed": 3, "encoders_pip": 3, "encoders_features": 3, "gather": 1, "pairwise": 1,
+                     "cka_rbf": 1, "stitch": 1, "agreement": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, rules
     # Only the transformer's embed and evaluate jobs and the stitch job (MLPs) asked for a GPU
     # (resources: gpu=1 -> sbatch --gpus=1).
     gpu = sorted(j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", ""))

@@ -23,6 +23,9 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("targets", help="per-encoder Snakemake targets of one stage")
     t.add_argument("stage", choices=sorted(LAYOUT))
     t.add_argument("models", nargs="*", help="model ids (default: all)")
+    pr = sub.add_parser("prune", help="remove a model's per-encoder files that params no longer make (DVC stages run it)")
+    pr.add_argument("stage", choices=sorted(LAYOUT))
+    pr.add_argument("model")
     d = sub.add_parser("deps", help="the code each DVC stage runs (what dvc.yaml must list as its deps)")
     d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
     d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
@@ -89,6 +92,15 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
             return 0
         params = load_params(args.params)
+        if args.cmd == "prune":
+            from .layout import stale_files
+
+            if args.model not in params["models"]:
+                raise EncmapError(f"unknown model {args.model!r}; params have {sorted(params['models'])}")
+            for f in stale_files(params["models"], args.stage, args.model):
+                f.unlink()
+                print(f"removed {f} (no encoder of params makes it)")
+            return 0
         if args.cmd == "check":
             print(f"{args.params}: valid, {len(expand_encoders(params['models']))} encoders")
         elif args.cmd == "encoders":

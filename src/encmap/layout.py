@@ -7,6 +7,8 @@ files for DVC.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from .encoders.variants import expand_encoders
 from .validation import EncmapError
 
@@ -43,3 +45,14 @@ def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None =
     keep = set(only or models)
     return [LAYOUT[stage].format(model=v.model, encoder=e)
             for e, v in sorted(expand_encoders(models).items()) if v.model in keep]
+
+
+def stale_files(models: dict[str, dict], stage: str, model: str, root: str | Path = ".") -> list[Path]:
+    """Per-encoder files of ``stage`` in ``model``'s directory that no encoder of params makes.
+
+    What a dropped variant (a layer, a truncation taken out of params) leaves behind in a
+    directory that Snakemake fills one file per encoder and DVC keeps between runs (persist).
+    """
+    keep = {Path(p).name for p in artifact_paths(models, stage, [model])}
+    folder = Path(root) / Path(LAYOUT[stage].format(model=model, encoder="x")).parent
+    return sorted(f for f in folder.glob("*.h5") if f.name not in keep) if folder.is_dir() else []

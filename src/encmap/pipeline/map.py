@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -78,6 +79,12 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     atomic_write_text(out["neighbours"], neighbours_csv(ids, nn_idx, nn_dist, "l1"))
     for f in fields:
         draw_map(tmap.coords, records, f, out[f"png_{f}"], out[f"svg_{f}"])
+    # The figures folder persists between runs (DVC): a field taken out of map.fields leaves no figure.
+    figures = {Path(out[f"{ext}_{f}"]).resolve() for f in fields for ext in ("png", "svg")}
+    for folder in {Path(out[f"png_{f}"]).parent for f in fields}:
+        for old in folder.glob("map_*.*"):
+            if old.suffix in (".png", ".svg") and old.resolve() not in figures:
+                old.unlink()
     atomic_write_text(out["html"], render_page(page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1")))
     atomic_write_json(out["metrics"], rounded(metrics))
     atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})
