@@ -45,7 +45,7 @@ def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, sub
     write_h5(out["rbf"], datasets, rbf_attrs | {
         "checksum": content_checksum(datasets, rbf_attrs["key"]), "sentences_sha256": fm["attrs"]["sentences_sha256"],
         "encmap_version": __version__,
-        "note": "RBF CKA (bandwidth = threshold x median distance) on a seeded sample of sentences"})
+        "note": "RBF CKA (sigma^2 = threshold^2 x median squared distance, as gram_rbf) on a seeded sample of sentences"})
     atomic_write_json(out["timing"], {"rbf_seconds": round(seconds, 3), "rbf_pairs_computed": computed,
                                       "rbf_pairs": len(pairs) // 2})
 
