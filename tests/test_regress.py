@@ -185,6 +185,34 @@ def test_cli_regress(tmp_path, capsys):
     assert "at least 3 groups (models), got 2" in capsys.readouterr().err
 
 
+def test_cli_regress_on_a_users_own_matrix(tmp_path, capsys):
+    """Old: a matrix with only `features` and `encoder_ids` ended in KeyError: 'layer'."""
+    from encmap.cli import main
+
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(12, 30))
+    mine = tmp_path / "mine.h5"
+    write_h5(mine, {"features": F, "encoder_ids": np.array([f"e{i}" for i in range(12)], dtype=object)}, {})
+    scores = tmp_path / "s.csv"
+    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{F[i, 0] + 0.1 * i}\n" for i in range(12)))
+    params = tmp_path / "params.yaml"
+    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    cmd = ["--params", str(params), "regress", "--features", str(mine), "--scores", str(scores)]
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "mine.h5: no encoder records (dataset 'encoders')" in err and "give --groups" in err
+    groups = tmp_path / "g.csv"
+    groups.write_text("encoder,group\n" + "".join(f"e{i},g{i % 4}\n" for i in range(12)))
+    assert main(cmd + ["--groups", str(groups)]) == 0
+    out, err = capsys.readouterr()
+    assert "width, layer and parameters baselines are left out" in err
+    rows = out.splitlines()
+    assert {r.split(",")[2] for r in rows[1:]} == {"qre", "random", "mean"} and len(rows) == 1 + 2 * 5
+    write_h5(mine, {"features": F[:5], "encoder_ids": np.array([f"e{i}" for i in range(12)], dtype=object)}, {})
+    assert main(cmd + ["--groups", str(groups)]) == 2
+    assert "features of shape (5, 30) for 12 encoder_ids" in capsys.readouterr().err
+
+
 def test_mteb_result_files_become_a_score_table(tmp_path, capsys):
     """MTEB's layout and schema, written by hand: mean main score over subsets of the split."""
     from encmap.cli import main
@@ -266,3 +294,54 @@ def test_regress_step_writes_the_same_bytes_on_one_and_two_workers(tmp_path):
         outs[jobs] = {k: Path(v).read_bytes() for k, v in out.items() if k not in ("figure_png", "figure_svg")}
     for k in outs[1]:
         assert outs[1][k] == outs[2][k], k
+
+
+@pytest.mark.parametrize("text,match", [
+    ("encoder,task,score\ne0,mine\n", r"line 2: no value for 'score'"),          # old: TypeError
+    ("encoder,task,score\ne0,,0.5\n", r"line 2: no value for 'task'"),           # old: AttributeError / accepted
+    ("encoder,task\ne0,mine\n", r"needs columns encoder,task,score"),
+])
+def test_score_table_rows_with_a_missing_field_are_named(tmp_path, text, match):
+    from encmap.downstream.score_tables import read_score_table
+
+    f = tmp_path / "s.csv"
+    f.write_text(text)
+    with pytest.raises(EncmapError, match=match):
+        read_score_table(f, ["e0"], ["mine"])
+
+
+def test_score_table_from_excel_with_a_byte_order_mark(tmp_path):
+    """Old: Excel's UTF-8 CSV starts with a BOM and its header 'encoder' was not found."""
+    from encmap.downstream.score_tables import read_score_table
+
+    f = tmp_path / "s.csv"
+    f.write_bytes("encoder,task,score\r\ne0,mine,0.5\r\n".encode("utf-8-sig"))
+    assert read_score_table(f, ["e0"], ["mine"]) == {"e0": {"mine": 0.5}}
+    f.write_bytes(b"encoder,task,score\ne0,caf\xe9,0.5\n")
+    with pytest.raises(EncmapError, match=r"s\.csv: not UTF-8"):
+        read_score_table(f, ["e0"])
+
+
+def test_mteb_scores_refuse_nan_empty_splits_and_short_model_lines(tmp_path, capsys):
+    """Old: a NaN main score or an empty split wrote `nan` with exit 0; a short models line was a traceback."""
+    from encmap.cli import main
+
+    d = tmp_path / "results/org__m/rev"
+    d.mkdir(parents=True)
+    models = tmp_path / "models.csv"
+    models.write_text("encoder,mteb_model\nmy-encoder,org/m\n")
+    for scores, match in (({"test": [{"main_score": float("nan"), "hf_subset": "default"}]}, "is not a number"),
+                          ({"test": []}, "split 'test' holds no subset")):
+        (d / "STS12.json").write_text(json.dumps({"task_name": "STS12", "scores": scores}))
+        assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
+        assert match in capsys.readouterr().err
+    models.write_text("encoder,mteb_model\nmy-encoder\n")
+    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
+    assert "models.csv line 2: no value for 'mteb_model'" in capsys.readouterr().err
+
+
+def test_place_refuses_layers_that_are_not_numbers(capsys):
+    from encmap.cli import main
+
+    assert main(["place", "path:/nowhere", "--layers", "a,b"]) == 2  # old: a ValueError traceback
+    assert "--layers 'a,b': expected hidden-state numbers" in capsys.readouterr().err

@@ -135,16 +135,11 @@ def _deps(args) -> int:
 
 
 def _mteb_scores(args) -> int:
-    import csv
 
-    from .downstream.score_tables import mteb_scores, score_table_text
+    from .downstream.score_tables import mteb_scores, read_table, score_table_text
     from .io import atomic_write_text
 
-    try:
-        rows = list(csv.DictReader(open(args.models, encoding="utf-8")))
-        models = {r["encoder"].strip(): r["mteb_model"].strip() for r in rows}
-    except (OSError, KeyError) as e:
-        raise EncmapError(f"--models {args.models}: needs a CSV with columns encoder,mteb_model ({e})") from None
+    models = {r["encoder"]: r["mteb_model"] for _, r in read_table(args.models, ("encoder", "mteb_model"), "--models")}
     text = score_table_text(mteb_scores(args.results, models, args.split))
     if args.out:
         atomic_write_text(args.out, text)
@@ -176,7 +171,11 @@ def _place(args) -> int:
                 raise EncmapError(f"--meta {kv!r}: expected KEY=VALUE")
             meta[key] = (int(value) if value.isdigit() else value) if key != "languages" else \
                 [x for x in value.split(",") if x]
-        layers = [int(x) for x in args.layers.split(",") if x.strip()]
+        try:
+            layers = [int(x) for x in args.layers.split(",") if x.strip()]
+        except ValueError:
+            raise EncmapError(f"--layers {args.layers!r}: expected hidden-state numbers separated by commas, "
+                              "e.g. 0,3,6") from None
         spec = place_spec(args.source, backend=args.backend, layers=layers,
                           pooling=[x for x in args.pooling.split(",") if x], meta=meta,
                           trust_remote_code=args.trust_remote_code)

@@ -120,6 +120,18 @@ def write_h5(path: str | Path, datasets: dict[str, np.ndarray], attrs: dict[str,
                     f.create_dataset(name, data=arr, track_times=False)
 
 
+def h5_datasets(path: str | Path) -> list[str]:
+    """Names of an HDF5 file's datasets (read-only; errors name the file)."""
+    p = Path(path)
+    if not p.exists():
+        raise EncmapError(f"{p}: file not found")
+    try:
+        with h5py.File(p, "r") as f:
+            return list(f.keys())
+    except OSError as e:
+        raise EncmapError(f"{p}: not a readable HDF5 file ({e})") from None
+
+
 def read_h5(path: str | Path, names: list[str] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Read datasets (all, or ``names``) and attributes from an HDF5 file, read-only."""
     p = Path(path)

@@ -6,14 +6,29 @@ import json
 from pathlib import Path
 from typing import Any
 
-from ..io import read_h5
+import numpy as np
+
+from ..io import h5_datasets, read_h5
+from ..validation import EncmapError
 
 
-def read_feature_matrix(path: str | Path) -> dict[str, Any]:
-    """``results/features/qre.h5``: features (m, n), ids, encoder records and attributes."""
-    data, attrs = read_h5(path, ["features", "encoder_ids", "encoders"])
-    return {"F": data["features"], "ids": [str(x) for x in data["encoder_ids"]],
-            "records": [json.loads(x) for x in data["encoders"]], "attrs": attrs}
+def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[str, Any]:
+    """``results/features/qre.h5``: features (m, n), ids, encoder records and attributes.
+
+    ``require_records=False``: any matrix with datasets ``features`` (m, n) and ``encoder_ids``
+    (m) is read (``records`` None when it has no ``encoders``), e.g. a user's own for ``encmap
+    regress``.
+    """
+    _, attrs = read_h5(path, [])
+    names = ["features", "encoder_ids"]
+    with_records = require_records or "encoders" in h5_datasets(path)
+    data, _ = read_h5(path, names + (["encoders"] if with_records else []))
+    F, ids = np.asarray(data["features"]), [str(x) for x in data["encoder_ids"]]
+    if F.ndim != 2 or F.shape[0] != len(ids):
+        raise EncmapError(f"{path}: features of shape {F.shape} for {len(ids)} encoder_ids; expected (m, n) with "
+                          "one row per id")
+    return {"F": F, "ids": ids, "records": [json.loads(x) for x in data["encoders"]] if with_records else None,
+            "attrs": attrs}
 
 
 def encoder_record(attrs: dict[str, Any]) -> dict[str, Any]:

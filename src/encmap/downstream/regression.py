@@ -31,13 +31,17 @@ PROTOCOLS = ("grouped", "random")
 FEATURE_SETS = ("qre", "random", "dim", "layer", "parameters", "mean")
 
 
-def baseline_features(records: list[dict[str, Any]], shape: tuple[int, int], random_state: int) -> dict[str, np.ndarray]:
+def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, int],
+                      random_state: int) -> dict[str, np.ndarray]:
     """The baselines' feature matrices, each (m, k).
 
     ``records`` are the feature matrix's encoder records (``d``, ``layer``, ``meta.parameters``).
     Missing values (no layer: a model's output or a classical encoder; unknown parameter count)
     are NaN here and imputed from the training rows by the regressor, with an indicator column.
     """
+    rng_only = {"random": np.random.default_rng(random_state).standard_normal(shape)}
+    if records is None:  # a matrix without encoder records: no width, layer or size to compare with
+        return rng_only
     m = len(records)
     layer = np.array([np.nan if r["layer"] is None else float(r["layer"]) for r in records])
     params = np.array([np.nan if r["meta"].get("parameters") is None else np.log10(1.0 + r["meta"]["parameters"])
@@ -182,7 +186,7 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.n
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
-                     records: list[dict[str, Any]], params: dict[str, Any], random_state: int,
+                     records: list[dict[str, Any]] | None, params: dict[str, Any], random_state: int,
                      n_jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every task x protocol x feature set x regressor: out-of-fold predictions and their quality.
 
@@ -196,7 +200,8 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     groups : sequence of m labels
         The model of each encoder: the grouped protocol never splits one.
     records : list of m dict
-        Encoder records of the feature matrix (for the baselines).
+        Encoder records of the feature matrix (for the baselines); None: the baselines that need
+        them (width, layer, parameters) are left out.
     params : dict
         The ``regress`` section of params.yaml.
     n_jobs : int, optional
@@ -221,7 +226,7 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         y, g = Y[have, t], groups[have]
         for protocol in PROTOCOLS:
             splits = outer_splits(g, protocol, params, random_state)
-            for fs in FEATURE_SETS:
+            for fs in (fs for fs in FEATURE_SETS if fs in sets or fs == "mean"):
                 for reg in regressors_for(fs):
                     X = np.zeros((len(have), 1)) if fs == "mean" else sets[fs][have]
                     keys.append((task, protocol, fs, reg, have, y, len(splits)))

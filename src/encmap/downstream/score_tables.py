@@ -18,6 +18,32 @@ import numpy as np
 from ..validation import EncmapError
 
 
+def read_table(path: str | Path, columns: tuple[str, ...], what: str) -> list[tuple[int, dict[str, str]]]:
+    """A small CSV table's rows as (line number, {column: stripped value}), every value present.
+
+    Excel's UTF-8 byte-order mark is dropped; a missing column, a short row, or bytes that are not
+    UTF-8 are errors naming the file and the line.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise EncmapError(f"{what} {p}: file not found")
+    try:
+        text = p.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise EncmapError(f"{what} {p}: not UTF-8 ({e.reason} at byte {e.start})") from None
+    reader = csv.DictReader(io.StringIO(text))
+    if not reader.fieldnames or not set(columns) <= {f.strip() for f in reader.fieldnames}:
+        raise EncmapError(f"{what} {p}: needs columns {','.join(columns)} (has {reader.fieldnames})")
+    rows = []
+    for i, row in enumerate(reader, start=2):
+        row = {(k or "").strip(): v for k, v in row.items()}
+        missing = [c for c in columns if row.get(c) is None or not str(row[c]).strip()]
+        if missing:
+            raise EncmapError(f"{what} {p} line {i}: no value for {missing[0]!r}")
+        rows.append((i, {c: str(row[c]).strip() for c in columns}))
+    return rows
+
+
 def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | None = None) -> dict[str, dict[str, float]]:
     """A user's score table (CSV with columns ``encoder,task,score``), checked.
 
@@ -25,16 +51,10 @@ def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | N
     them (the tasks its params entry declares). Errors name the file, the row and the value.
     """
     p = Path(path)
-    if not p.is_file():
-        raise EncmapError(f"score table {p}: file not found")
-    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
-    need = {"encoder", "task", "score"}
-    if not reader.fieldnames or not need <= set(reader.fieldnames):
-        raise EncmapError(f"score table {p}: needs columns encoder,task,score (has {reader.fieldnames})")
     known = set(encoders)
     out: dict[str, dict[str, float]] = {}
-    for i, row in enumerate(reader, start=2):
-        e, t = row["encoder"].strip(), row["task"].strip()
+    for i, row in read_table(p, ("encoder", "task", "score"), "score table"):
+        e, t = row["encoder"], row["task"]
         if e not in known:
             raise EncmapError(f"score table {p} line {i}: unknown encoder {e!r} (not on the map; "
                               f"`encmap encoders` lists them)")
@@ -57,12 +77,7 @@ def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | N
 def read_groups(path: str | Path, encoders: list[str]) -> list[str]:
     """Group of each encoder from a CSV with columns ``encoder,group`` (every encoder needs one)."""
     p = Path(path)
-    if not p.is_file():
-        raise EncmapError(f"groups table {p}: file not found")
-    reader = csv.DictReader(io.StringIO(p.read_text(encoding="utf-8")))
-    if not reader.fieldnames or not {"encoder", "group"} <= set(reader.fieldnames):
-        raise EncmapError(f"groups table {p}: needs columns encoder,group (has {reader.fieldnames})")
-    g = {row["encoder"].strip(): row["group"].strip() for row in reader}
+    g = {row["encoder"]: row["group"] for _, row in read_table(p, ("encoder", "group"), "groups table")}
     missing = [e for e in encoders if e not in g]
     if missing:
         raise EncmapError(f"groups table {p}: no group for encoder {missing[0]!r} ({len(missing)} missing)")
@@ -106,9 +121,14 @@ def mteb_scores(results: str | Path, models: dict[str, str], split: str = "test"
                 subsets = data["scores"].get(split)
                 if subsets is None:
                     continue
-                score = float(np.mean([s["main_score"] for s in subsets]))
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                values = [float(s["main_score"]) for s in subsets]
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
                 raise EncmapError(f"MTEB result {f}: not an MTEB result file ({type(e).__name__}: {e})") from None
+            if not values:
+                raise EncmapError(f"MTEB result {f}: split {split!r} holds no subset, so no score")
+            if not np.all(np.isfinite(values)):
+                raise EncmapError(f"MTEB result {f}: a main_score of split {split!r} is not a number ({values})")
+            score = float(np.mean(values))
             rows.append({"encoder": enc, "task": data.get("task_name", f.stem), "score": score})
     if not rows:
         raise EncmapError(f"MTEB results {root}: no '{split}' scores for any of {sorted(models.values())}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -136,12 +137,23 @@ def regress_tables(features: str, scores: str, groups: str | None, params: dict[
                    jobs: int | None = None) -> str:
     """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
 
-    Groups default to each encoder's model (from the feature matrix's records); ``jobs`` worker
+    The matrix needs datasets ``features`` (m, n) and ``encoder_ids`` (m); without ``encoders``
+    (encmap's per-encoder records) the baselines that need them are left out and ``groups`` (CSV
+    encoder,group) is required, else groups default to each encoder's model. ``jobs``: worker
     processes.
     """
-    fm = read_feature_matrix(features)
+    fm = read_feature_matrix(features, require_records=False)
     table = read_score_table(scores, fm["ids"])
     tasks = sorted({t for s in table.values() for t in s})
-    g = read_groups(groups, fm["ids"]) if groups else [r["model"] for r in fm["records"]]
+    if groups:
+        g = read_groups(groups, fm["ids"])
+    elif fm["records"] is None:
+        raise EncmapError(f"{features}: no encoder records (dataset 'encoders') to take each encoder's model from; "
+                          "give --groups CSV encoder,group (the grouped CV holds out whole groups)")
+    else:
+        g = [r["model"] for r in fm["records"]]
+    if fm["records"] is None:
+        print(f"{features}: no encoder records (dataset 'encoders'): the width, layer and parameters baselines "
+              "are left out", file=sys.stderr)
     res = run_regression(fm, table, tasks, g, params, jobs)
     return table_text(res["rows"])
