@@ -273,7 +273,22 @@ def hostile_records(m: int) -> list[dict]:
                    kind="control" if i % 4 == 0 else "pretrained") for i in range(m)]
     recs[1]["meta"]["family"] = "</script><script>window.__pwned = 1</script>"
     recs[2]["meta"]["objective"] = "\"><img src=x onerror=\"window.__pwned = 2\">"
+    recs[1]["meta"]["architecture"] = "say \"hi\", it's $x$ & costs $5 to $10"  # text, not HTML, not maths
     return recs
+
+
+def test_figures_show_metadata_as_text_never_as_maths(tmp_path):
+    """Old: a meta value with $...$ was parsed as mathtext: "costs $5 to $10" drew maths, and an
+    unbalanced one crashed the map job, naming no encoder."""
+    from encmap.maps.figures import draw_map
+
+    recs = [record(i, f"m{i % 3}", None, "mean") for i in range(6)]
+    recs[0]["meta"]["family"] = "costs $5 to $10"
+    recs[1]["meta"]["family"] = r"broken $\frac{$"
+    coords = np.random.default_rng(0).normal(size=(6, 2))
+    draw_map(coords, recs, "family", tmp_path / "m.png", tmp_path / "m.svg")
+    svg = (tmp_path / "m.svg").read_text()
+    assert "costs $5 to $10" in svg and r"broken $\frac{$" in svg  # the legend's text, as written
 
 
 def test_page_is_self_contained_and_escapes_data():
@@ -307,8 +322,8 @@ def test_map_page_in_headless_chromium(tmp_path):
     tmap = fit_map(X, perplexity=5)
     idx, dist = nearest_neighbours(cdist(X, X, "cityblock"), 5)
     html = tmp_path / "map.html"
-    html.write_text(render_page(page_data(ids, tmap.coords, recs, ["model", "kind", "family", "objective"], idx,
-                                          dist, "l1")), encoding="utf-8")
+    html.write_text(render_page(page_data(ids, tmap.coords, recs, ["model", "kind", "family", "objective",
+                                                                   "architecture"], idx, dist, "l1")), encoding="utf-8")
     shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_page.png"
     seen = inspect_map_page(html, shot, colour_field="kind", search=ids[5], hover_index=1)
     assert seen["errors"] == [] and seen["requests"] == []
@@ -320,6 +335,8 @@ def test_map_page_in_headless_chromium(tmp_path):
     assert all(len(v) == 1 for v in by_kind.values()) and len(set().union(*by_kind.values())) == len(by_kind)
     assert "control (6)" in seen["legend"] and "pretrained (18)" in seen["legend"]
     assert ids[1] in seen["hover"] and "</script><script>window.__pwned = 1</script>" in seen["hover"]
+    # Old: a quote showed as &quot;.
+    assert "architecture: say \"hi\", it's $x$ & costs $5 to $10" in seen["hover"], seen["hover"]
     assert seen["pwned"] is None
     assert seen["highlighted"] == 1 + 5
     assert seen["info"].splitlines()[2].startswith(f"1. {ids[idx[5][0]]}")

@@ -25,6 +25,7 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
     from scipy.stats import spearmanr
 
     plt.rcParams["svg.hashsalt"] = "encmap"
+    plt.rcParams["text.parse_math"] = False  # data are text, never mathtext
     protocols = ("grouped", "random")
     regressors = sorted({r["regressor"] for r in rows if r["features"] == features})
     colours = dict(zip(regressors, ("tab:blue", "tab:orange", "tab:green")))

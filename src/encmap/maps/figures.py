@@ -50,6 +50,7 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
     coords = np.asarray(coords, dtype=np.float64)
     values = [field_values(r)[field] for r in records]
     plt.rcParams["svg.hashsalt"] = "encmap"  # stable SVG element ids
+    plt.rcParams["text.parse_math"] = False  # data are text: "costs $5 to $10" is not maths
     fig, ax = plt.subplots(figsize=(9.5, 6.5), dpi=150)
     for path in layer_paths(records):
         ax.plot(coords[path, 0], coords[path, 1], color="0.6", lw=0.6, zorder=1)

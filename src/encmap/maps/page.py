@@ -75,9 +75,10 @@ _SCRIPT = r"""
   const PALETTE = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f",
     "#bcbd22","#17becf","#aec7e8","#ffbb78","#98df8a","#ff9896","#c5b0d5","#c49c94","#f7b6d2",
     "#c7c7c7","#dbdb8d","#9edae5"];
+  // Plotly's hover labels parse a small HTML subset and decode only &amp; &lt; &gt; (a &quot;
+  // would show as such): escaping those three keeps every tag out and shows quotes as quotes.
   function esc(s) {
-    return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;")
-      .replace(/"/g, "&quot;").replace(/'/g, "&#39;");
+    return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
   function show(v) { return v === null || v === undefined ? "n/a" : String(v); }
   function hover(i) {

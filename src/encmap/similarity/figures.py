@@ -29,6 +29,7 @@ def draw_heatmap(M: np.ndarray, rows: Sequence[str], cols: Sequence[str], png: s
 
     M = np.asarray(M, dtype=np.float64)
     plt.rcParams["svg.hashsalt"] = "encmap"
+    plt.rcParams["text.parse_math"] = False  # data are text, never mathtext
     side = min(4.0 + 0.16 * max(len(rows), len(cols)), 30.0)
     fig, ax = plt.subplots(figsize=(side + 1.5, side), dpi=150)
     cmap = plt.get_cmap("viridis").with_extremes(bad="0.85")
