@@ -12,7 +12,6 @@ import yaml
 from support.project import (
     ARTIFACTS,
     GATHERED,
-    REPO,
     SMALL_MAP,
     make_project,
     ran,

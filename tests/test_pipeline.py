@@ -261,6 +261,23 @@ def test_real_minilm_end_to_end(tmp_path, user_file):
     shutil.rmtree(proj / "results")
 
 
+def test_a_run_leaves_only_its_metrics_for_git(mapped):
+    """Old: after `snakemake --cores all`, `git status` listed all of data/ and results/ as untracked.
+    Git ignores the outputs DVC caches; the metrics (cache: false) are what a run asks to commit."""
+    import subprocess
+
+    assert (mapped / ".gitignore").read_text() == (REPO / ".gitignore").read_text()
+    out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "data", "results"],
+                         cwd=mapped, capture_output=True, text=True)
+    if out.returncode:  # the fixture's project is no git repository: make it one, as a clone is
+        subprocess.run(["git", "init", "-q"], cwd=mapped, check=True)
+        out = subprocess.run(["git", "status", "--porcelain", "--untracked-files=all", "--", "data", "results"],
+                             cwd=mapped, capture_output=True, text=True, check=True)
+    untracked = sorted(line[3:] for line in out.stdout.splitlines())
+    assert untracked == ["results/features/metrics.json", "results/map/metrics.json",
+                         "results/regression/metrics.json", "results/similarity/metrics.json"], untracked
+
+
 def test_workflow_lints_clean_and_dry_runs():
 
     r = run("snakemake --lint", REPO, check=False)

@@ -127,7 +127,7 @@ def make_project(root: Path, params: dict, git: bool = False) -> Path:
     # DVC deps name these sources; the installed package is what runs.
     shutil.copytree(REPO / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-    (root / ".gitignore").write_text(".snakemake/\nlogs/\n*.tmp\n")
+    shutil.copy(REPO / ".gitignore", root / ".gitignore")  # the repository's, as a user's clone has it
     if git:
         run("git init -q -b main && dvc init -q && dvc config core.autostage true", root)
         shutil.copy(REPO / ".dvcignore", root / ".dvcignore")
