@@ -3,6 +3,10 @@
 # lives in src/encmap/). params.yaml is both this workflow's config and DVC's params file; it is
 # validated against src/encmap/params.schema.json before any job starts.
 
+from encmap.params import check_yaml_file
+
+check_yaml_file("params.yaml")  # a syntax error names its line (Snakemake's own message does not)
+
 configfile: "params.yaml"
 
 

@@ -39,13 +39,35 @@ def test_bad_params_fail_clearly_and_write_nothing(tmp_path, tiny_bert, user_fil
         assert not leftovers
 
 
-def test_duplicate_key_in_params_is_an_error(tmp_path, tiny_bert, user_file):
-    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, user_file))
-    text = (proj / "params.yaml").read_text()
+def _duplicate_gauss(text: str) -> str:
     gauss = text[text.index("  gauss:"):text.index("pip:")]
-    (proj / "params.yaml").write_text(text.replace("pip:", gauss + "pip:", 1))
+    return text.replace("pip:", gauss + "pip:", 1)
+
+
+def _stray_colon(text: str) -> str:
+    lines = text.splitlines(keepends=True)
+    i = next(i for i, line in enumerate(lines) if line.startswith("  gauss:"))
+    lines[i + 1] = lines[i + 1].rstrip("\n") + " : ]\n"
+    return "".join(lines)
+
+
+@pytest.mark.parametrize("edit,match", [
+    (_duplicate_gauss, r"duplicate key 'gauss' at line \d+"),
+    # Old: Snakemake's own "Config file is not valid JSON or YAML", naming no line.
+    (_stray_colon, r"params.yaml: not valid YAML at line \d+, column \d+"),
+])
+def test_params_file_errors_name_the_line(tmp_path, tiny_bert, user_file, edit, match):
+    import re
+
+    proj = make_project(tmp_path / "p", tiny_params(tiny_bert, user_file))
+    text = edit((proj / "params.yaml").read_text())
+    (proj / "params.yaml").write_text(text)
     r = run("snakemake -n", proj, check=False)
-    assert r.returncode != 0 and "duplicate key 'gauss'" in r.stdout + r.stderr
+    out = r.stdout + r.stderr
+    assert r.returncode != 0 and re.search(match, out), out[-3000:]
+    if "at line" in match and "YAML" in match:
+        line = int(re.search(r"at line (\d+)", out).group(1))
+        assert text.splitlines()[line - 1].endswith(" : ]"), line
 
 
 def test_non_utf8_user_file_names_the_line(tmp_path, tiny_bert, user_file):
@@ -111,6 +133,40 @@ def test_degenerate_encoder_fails_or_leaves_the_map(tmp_path, tiny_bert, user_fi
     assert yaml.safe_load((proj / "results/features/metrics.json").read_text())["dropped_encoders"] == 1
     coords = (proj / "results/map/coords.csv").read_text()
     assert len(coords.splitlines()) == 1 + 4 and "unk__out" not in coords  # no rank <= 1 encoder on the map
+
+
+def test_a_killed_per_encoder_job_leaves_no_temporary_after_the_rerun(tmp_path, tiny_bert, user_file):
+    """SIGKILL while a PIP's temporary file exists; the rerun of that job removes it. Old: the
+    `results/pip/<model>/.<encoder>.h5.*.tmp` stayed, though the README says the next run removes it."""
+    import signal
+    import subprocess
+    import time
+
+    from support.project import env
+
+    from encmap.layout import artifact_paths
+
+    params = tiny_params(tiny_bert, user_file)
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP
+    proj = make_project(tmp_path / "proj", params)
+    pip = artifact_paths(params["models"], "pip", only=["gauss"])[0]
+    run("snakemake --cores 1 results/embeddings/gauss", proj)
+    job = subprocess.Popen(["snakemake", "--cores", "1", pip], cwd=proj, start_new_session=True,
+                           env=env() | {"ENCMAP_PAUSE_BEFORE_RENAME": "60"},
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline, temps = time.time() + 120, []
+    while not temps and time.time() < deadline and job.poll() is None:
+        time.sleep(0.2)
+        temps = list((proj / pip).parent.glob(".*.tmp"))
+    assert temps, "no temporary file appeared"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert all(p.exists() for p in temps) and not (proj / pip).exists()
+    run("snakemake --unlock", proj)  # what Snakemake asks for after a kill
+    run(f"snakemake --cores 1 {pip}", proj)
+    assert (proj / pip).exists()
+    assert not list((proj / "results").rglob("*.tmp")), list((proj / "results").rglob("*.tmp"))
 
 
 @pytest.mark.slow(minutes=4)

@@ -68,6 +68,21 @@ def test_atomic_text_write_leaves_no_partial_file(tmp_path):
     assert f.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["a.json"]
 
 
+def test_a_write_removes_what_a_killed_write_of_the_same_file_left(tmp_path):
+    """Old: `.<encoder>.h5.*.tmp` of a SIGKILLed job survived every rerun (only swap_dir cleared)."""
+    left = [tmp_path / ".e.h5.k3x9a1.tmp", tmp_path / ".e.h5.u.tmp"]  # a killed write; a spill directory
+    left[0].write_bytes(b"half an HDF5 file")
+    (left[1]).mkdir()
+    (left[1] / "0.npy").write_bytes(b"x")
+    others = [tmp_path / ".f.h5.k3x9a1.tmp", tmp_path / ".e.h5x.abc.tmp", tmp_path / "e.h5.notes.tmp"]
+    for f in others:  # another file's temporaries, and names that only look alike
+        f.write_text("keep")
+    atomic_write_text(tmp_path / "e.h5", "new\n")
+    assert not [f for f in left if f.exists()]
+    assert all(f.read_text() == "keep" for f in others)
+    assert (tmp_path / "e.h5").read_text() == "new\n"
+
+
 def test_the_curated_set_is_verified_against_its_checksum_and_n(tmp_path):
     """Old: a sentence file cut to 150 lines after curation was embedded as it was, exit 0."""
     from encmap.corpus.curation import CuratedSet, write_curated

@@ -9,6 +9,7 @@ so a failed job leaves no partial artifact. Tracked files are only ever opened r
 from __future__ import annotations
 
 import csv
+import glob
 import hashlib
 import io
 import json
@@ -51,11 +52,29 @@ def _refuse_newer(target: Path) -> None:
                           "job's result (was the Snakemake that started this job killed?)")
 
 
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove ``.<name>.*.tmp`` beside ``target``: what a killed job left while writing it.
+
+    One job writes a given artifact (Snakemake's rule), so a temporary of the same name is
+    never another live writer's.
+    """
+    for stale in target.parent.glob(f".{glob.escape(target.name)}.*.tmp"):
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+
+
 @contextmanager
 def atomic_path(path: str | Path) -> Iterator[Path]:
-    """A temporary path beside ``path``, renamed over it when the block completes (removed if it fails)."""
+    """A temporary path beside ``path``, renamed over it when the block completes (removed if it fails).
+
+    Temporary names end in ``.tmp`` (ignored by git and DVC). A job killed mid-write leaves one
+    behind; the next write of the same path removes it.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
@@ -163,8 +182,7 @@ def swap_dir(out: str | Path, write) -> None:
     """
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    for stale in out.parent.glob(f".{out.name}.*.tmp"):
-        shutil.rmtree(stale, ignore_errors=True)
+    _remove_stale_temporaries(out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
     try:
         write(tmp)

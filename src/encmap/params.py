@@ -47,7 +47,13 @@ def parse_yaml(text: str, where: str) -> Any:
     except EncmapError as e:
         raise EncmapError(f"{where}: {e}") from None
     except yaml.YAMLError as e:
-        raise EncmapError(f"{where}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None) or getattr(e, "context_mark", None)
+        if mark is None:
+            raise EncmapError(f"{where}: not valid YAML: {e}") from None
+        what = "; ".join(x for x in (getattr(e, "context", None), getattr(e, "problem", None)) if x)
+        snippet = mark.get_snippet()
+        raise EncmapError(f"{where}: not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {what}"
+                          + (f"\n{snippet}" if snippet else "")) from None
 
 
 def schema() -> dict:
@@ -160,10 +166,17 @@ def _message(error: jsonschema.ValidationError, params: Any) -> str:
     return f"key {'.'.join(str(x) for x in path) or '(top level)'}: {error.message}"
 
 
+def check_yaml_file(path: str | Path) -> None:
+    """Parse a config file before Snakemake does: its own error names neither the line nor the column."""
+    p = Path(path)
+    if p.exists():
+        parse_yaml(p.read_text(encoding="utf-8"), str(p))
+
+
 def check_snakemake_config(config: dict, configfiles: list) -> None:
     """Validate the config Snakemake loaded: each file for duplicate keys, then the merge."""
     for f in configfiles:
-        parse_yaml(Path(str(f)).read_text(encoding="utf-8"), str(f))
+        check_yaml_file(str(f))
     validate_params(config, "config (" + ", ".join(map(str, configfiles)) + ")")
 
 
