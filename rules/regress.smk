@@ -11,6 +11,7 @@ rule regress:
         predictions="results/regression/predictions.csv",
         scores="results/regression/scores.csv",
         regressors="results/regression/regressors.h5",
+        failures="results/regression/failures.json",  # every model that failed (embed or evaluate, on_error: skip)
         figure_png="results/regression/figures/predicted.png",
         figure_svg="results/regression/figures/predicted.svg",
     params:

@@ -158,7 +158,7 @@ def test_each_stage_lists_the_params_its_rule_reads():
                       "tasks": ["sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
                       "evaluate": ["models.${key}", "sentences.n", "embed.degenerate", "evaluate.seed", "evaluate.classification",
-                                   "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"],
+                                   "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb", "evaluate.on_error"],
                       "regress": ["regress"]}
     # Every config key a rule file reads is covered by a param its stage lists.
     for name, listed in params.items():

@@ -35,7 +35,8 @@ TEXTS = ["The city river was seen at night by the people.",
 def st_spec(path: Path, **kw) -> dict:
     return {"backend": "sentence-transformers", "source": f"path:{path}", "revision": None, "max_seq_length": 64,
             "batch_size": 2, "prompt": "", "layers": "all", "num_layers": 2, "pooling": ["mean", "cls"],
-            "output": True, "dims": [8], "renormalize_truncated": True, "init": "pretrained", "seed": 0} | kw
+            "output": True, "dims": [8], "renormalize_truncated": True, "init": "pretrained", "seed": 0,
+            "dtype": "float32"} | kw
 
 
 def encode(path: Path, texts=TEXTS, **kw) -> np.ndarray:
@@ -383,7 +384,7 @@ def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
     texts = ["The city.", "A king wrote a book about music and art in the year of the war.", "Water is life."]
     spec = {"backend": "transformers", "source": f"path:{tiny_bert}", "revision": None, "max_seq_length": 64,
             "batch_size": 2, "prompt": "", "layers": "all", "num_layers": 2, "pooling": ["mean", "cls", "max"],
-            "init": "pretrained", "seed": 0}
+            "init": "pretrained", "seed": 0, "dtype": "float32"}
     res = embed_model("t", spec, texts)
     assert len(res.variants) == 3 * 3 - 1  # no CLS of the input embeddings
     with pytest.raises(EncmapError, match=r"model 't': params say num_layers: 3 but the checkpoint .* has 2 layers"):

@@ -210,3 +210,47 @@ def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_f
         assert not [e["relpath"] for e in json.loads(manifest.read_text()) if e["relpath"].endswith(".tmp")]
 
 
+
+
+def test_a_model_that_cannot_load_stops_the_run_or_is_skipped(tmp_path, tiny_bert, user_file):
+    """Good tiny models plus two broken checkpoints (weights truncated to half; weights missing).
+    embed.on_error: stop fails naming the model and writes nothing for it; skip runs the whole
+    workflow to the end, the map and the regression without them, and the reports name them."""
+    import shutil
+
+    import numpy as np
+
+    params = tiny_params(tiny_bert, user_file)
+    for name in ("truncated", "no-weights"):
+        broken = shutil.copytree(tiny_bert, tmp_path / name)
+        weights = broken / "model.safetensors"
+        if name == "truncated":
+            weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+        else:
+            weights.unlink()
+        params["models"][name] = dict(params["models"]["tiny-rand"], source=f"path:{broken}", init="pretrained")
+    proj = make_project(tmp_path / "stop", params)
+    r = run("snakemake --cores 2 results/embeddings/truncated", proj, check=False)
+    log = (proj / "logs/embed/truncated.log").read_text()
+    assert r.returncode != 0 and "model 'truncated': embed failed:" in log and "on_error: skip" in log, log[-2000:]
+    assert not (proj / "results/embeddings/truncated").exists()
+
+    params["embed"]["on_error"] = params["evaluate"]["on_error"] = "skip"
+    proj = make_project(tmp_path / "skip", params)
+    run("snakemake --cores 2", proj)
+    report = json.loads((proj / "results/features/failures.json").read_text())["failures"]
+    assert [(f["model"], f["stage"], f["encoders"]) for f in report] == [
+        ("no-weights", "embed", ["no-weights__l02-max"]), ("truncated", "embed", ["truncated__l02-max"])]
+    assert all(f["error"] for f in report)
+    with h5py.File(proj / "results/features/qre.h5", "r") as f:
+        ids = [x.decode() for x in f["encoder_ids"][()]]
+    assert len(ids) == 11 and not [e for e in ids if e.startswith(("truncated", "no-weights"))]
+    coords = (proj / "results/map/coords.csv").read_text()
+    assert "truncated" not in coords and "tiny-rand__l02-max" in coords
+    assert json.loads((proj / "results/map/metrics.json").read_text())["failed_encoders"] == 2
+    full = json.loads((proj / "results/regression/failures.json").read_text())["failures"]
+    assert sorted((f["model"], f["stage"]) for f in full) == [
+        ("no-weights", "embed"), ("no-weights", "evaluate"), ("truncated", "embed"), ("truncated", "evaluate")]
+    scores = (proj / "results/regression/scores.csv").read_text()
+    assert "truncated" not in scores and np.isfinite(
+        json.loads((proj / "results/regression/metrics.json").read_text())["failed_models"])

@@ -242,7 +242,7 @@ def test_real_minilm_end_to_end(tmp_path, user_file):
                       "revision": None, "max_seq_length": 128, "batch_size": 32, "prompt": "",
                       "layers": "all", "num_layers": 6, "pooling": ["mean", "cls", "max"], "output": True,
                       "dims": [128], "renormalize_truncated": True,
-                      "init": "pretrained", "seed": 0, "meta": meta}}
+                      "init": "pretrained", "seed": 0, "dtype": "float32", "meta": meta}}
     proj = make_project(tmp_path / "p", params)
     # The map and pair stages; not the regression (one model: grouped CV needs three).
     run("snakemake --cores 2 results/map/map.html results/similarity/metrics.json", proj)

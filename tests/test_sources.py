@@ -26,7 +26,7 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     spec = {"backend": "sentence-transformers", "source": "hub:sentence-transformers/all-MiniLM-L6-v2",
             "revision": "c9745ed", "max_seq_length": 8, "batch_size": 2, "prompt": "", "layers": [1],
             "pooling": ["mean"], "output": False, "dims": [], "renormalize_truncated": True, "init": "pretrained",
-            "seed": 0}
+            "seed": 0, "dtype": "float32"}
     assert resolve_source(spec["source"], "m") == ("sentence-transformers/all-MiniLM-L6-v2",
                                                           {"source": spec["source"]})
     with pytest.raises(RuntimeError, match="stop before any download"):
@@ -84,7 +84,7 @@ def test_a_hub_model_downloads_and_records_its_commit(tmp_path, monkeypatch):
     spec = {"backend": "sentence-transformers", "source": "hub:sentence-transformers-testing/stsb-bert-tiny-safetensors",
             "revision": None, "max_seq_length": 32, "batch_size": 2, "prompt": "", "layers": [0, 1],
             "pooling": ["mean"], "output": True, "dims": [], "renormalize_truncated": True, "init": "pretrained",
-            "seed": 0}
+            "seed": 0, "dtype": "float32"}
     res = embed_model("tiny", spec, ["A first sentence.", "Another one here.", "A third."])
     assert {v.id for v in res.variants} == {"tiny__l00-mean", "tiny__l01-mean", "tiny__out"}
     assert all(a.shape[0] == 3 for a in res.arrays.values())

@@ -54,7 +54,7 @@ def place_spec(source: str, *, backend: str = "sentence-transformers", layers: l
     spec: dict[str, Any] = {"backend": backend, "source": source_ref(source), "revision": None, "max_seq_length": 128,
                             "batch_size": 32, "prompt": "", "layers": list(layers or []),
                             "pooling": list(pooling or ["mean"]), "dims": [], "renormalize_truncated": True,
-                            "init": "pretrained", "seed": 0, "trust_remote_code": bool(trust_remote_code),
+                            "init": "pretrained", "seed": 0, "dtype": "float32", "trust_remote_code": bool(trust_remote_code),
                             "meta": UNKNOWN_META | (meta or {})}
     if backend == "sentence-transformers":
         spec["output"] = True

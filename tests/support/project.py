@@ -29,14 +29,14 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
     bare BERT with sentence-transformers' default mean pooling), a random control, LSA, Gaussian."""
     meta = {"family": "tiny", "architecture": "bert", "parameters": 1000, "languages": ["en"],
             "objective": "none", "kind": "pretrained"}
-    tr = {"revision": None, "max_seq_length": 64, "batch_size": 16, "prompt": "", "seed": 0}
+    tr = {"revision": None, "max_seq_length": 64, "batch_size": 16, "prompt": "", "seed": 0, "dtype": "float32"}
     out = {"dims": [], "renormalize_truncated": True}
     return {
         "sentences": {"set": "tiny", "n": n, "seed": 0, "min_words": 6, "max_words": 40, "min_alpha": 0.8,
                       "sources": [{"name": "wiki", "kind": "gensim-wiki", "path": None, "weight": 1.0},
                                   {"name": "mine", "kind": "file", "path": str(user_file), "weight": 1.0,
                                    "text_field": "text"}]},
-        "embed": {"device": "cpu", "degenerate": "error"},
+        "embed": {"device": "cpu", "degenerate": "error", "on_error": "stop"},
         "models": {
             "tiny-st": {"backend": "sentence-transformers", "source": f"path:{st_dir or model_dir}", "layers": "all",
                         "num_layers": 2, "pooling": ["mean", "cls"], "output": True, "dims": [8],
@@ -77,7 +77,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                      "retrieval_k": 10,
                      "data": {"wordnet": "/usr/share/wordnet", "brown": BROWN_DIR,
                               "gensim": None},
-                     "device": "cpu", "mteb": {"tasks": [], "split": "test"}},
+                     "device": "cpu", "mteb": {"tasks": [], "split": "test"}, "on_error": "stop"},
         "regress": {"seed": 0, "max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
                     "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5], "ridge_alphas": [0.1, 10.0, 1000.0],
                     "max_iter": 10000, "score_tables": []},

@@ -19,7 +19,7 @@ class Variant:
     id: str
     model: str
     layer: int | None  # hidden-state index (0 = embedding layer); None for the model's output
-    pooling: str  # "mean" | "cls" | "max" | "output"
+    pooling: str  # "mean" | "cls" | "max" | "last" | "output"
     dim: int | None  # Matryoshka truncation / SVD size; None = full width
 
     def to_dict(self) -> dict:
@@ -51,9 +51,10 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
                                   "transformer layers), so its encoders are known before embedding")
             layers = list(range(spec["num_layers"] + 1))
         # CLS at hidden state 0 is the [CLS]/<s> input embedding before any attention: the same
-        # vector for every sentence, so it is never an encoder.
+        # vector for every sentence, so it is never an encoder. So is the last token there where
+        # the tokenizer ends every text with the same token ([SEP], an appended EOS).
         out.extend(Variant(f"{model}__l{layer:02d}-{p}", model, layer, p, None)
-                   for layer in layers for p in spec["pooling"] if not (layer == 0 and p == "cls"))
+                   for layer in layers for p in spec["pooling"] if not (layer == 0 and p in ("cls", "last")))
         if spec.get("output", False):
             if backend != "sentence-transformers":
                 raise EncmapError(f"model {model!r}: 'output: true' needs backend sentence-transformers")

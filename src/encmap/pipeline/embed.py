@@ -7,21 +7,31 @@ from pathlib import Path
 import numpy as np
 
 from .. import __version__
+from ..artifacts.failures import run_model, write_failure
 from ..encoders.embed import embed_model, model_device
 from ..encoders.result import library_versions
+from ..encoders.variants import model_variants
 from ..io import read_curated, swap_dir, write_h5
 
 
 def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
-               threads: int | None = None, degenerate: str = "error", n: int | None = None) -> list[str]:
+               threads: int | None = None, degenerate: str = "error", n: int | None = None,
+               on_error: str = "stop") -> list[str]:
     """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
 
     Every variant is computed and checked before anything is written, and the directory is
-    swapped in whole, so a failing encoder leaves no partial artifact.
+    swapped in whole, so a failing encoder leaves no partial artifact. A model that cannot be
+    loaded or embedded stops the run naming it (``on_error: stop``) or leaves only a failure
+    record (``skip``, :mod:`encmap.artifacts.failures`); then no encoder id is returned.
     """
-    texts, sha = read_curated(sentences_path, n)
+    texts, sha = read_curated(sentences_path, n)  # a bad sentence set is never one model's failure
     dev = model_device(spec, device)
-    res = embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
+    res = run_model(model, "embed", on_error,
+                    lambda: embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate))
+    if isinstance(res, str):
+        write_failure(outdir, model, "embed", res, {v.id: v.to_dict() for v in model_variants(model, spec)},
+                      sha, len(texts))
+        return []
     libraries = library_versions()  # the same for every variant: look them up once
 
     def write(tmp: Path) -> None:

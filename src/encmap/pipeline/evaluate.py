@@ -9,9 +9,11 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
+from ..artifacts.failures import run_model, write_failure
 from ..artifacts.tasks import read_tasks, task_texts
 from ..downstream.metrics import score_tasks
 from ..encoders.embed import embed_model, model_device
+from ..encoders.variants import model_variants
 from ..io import file_sha256, read_curated, rounded, swap_dir
 from ..parallel import map_single_threaded
 from ..validation import EncmapError
@@ -29,7 +31,9 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     variant ids as the embed step; encoders fitted to a corpus (TF-IDF + SVD) are fitted on the
     curated sentences, as for the map. With ``evaluate.mteb.tasks`` set (online), MTEB tasks by
     name join them as ``mteb:<Task>`` (:mod:`encmap.downstream.mteb_tasks`). Nothing is
-    written unless every encoder is scored.
+    written unless every encoder is scored. A model that cannot be loaded or scored stops the run
+    naming it (``evaluate.on_error: stop``) or leaves only a failure record (``skip``); the
+    regression then has no scores for its encoders.
     """
     built = read_tasks(tasks_path)
     probes, sha = read_curated(sentences, n)
@@ -43,18 +47,26 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     def embed(some: list[str]):
         return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
 
-    res = embed(texts)
-    online = {}
-    if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
-        from ..downstream.mteb_tasks import mteb_tasks, run_mteb
+    def score():
+        res = embed(texts)
+        online = {}
+        if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
+            from ..downstream.mteb_tasks import mteb_tasks, run_mteb
 
-        online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
-                          lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
+            online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
+                              lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
+        # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
+        return res, online, map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
+                                                        random_state=evaluate["seed"]),
+                                                [res.arrays[v.id] for v in res.variants], threads)
+
+    done = run_model(model, "evaluate", evaluate["on_error"], score)
+    if isinstance(done, str):
+        write_failure(outdir, model, "evaluate", done, {v.id: v.to_dict() for v in model_variants(model, spec)},
+                      sha, len(probes))
+        return []
+    res, online, scored = done
     tasks_sha = file_sha256(tasks_path)
-    # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
-    scored = map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
-                                         random_state=evaluate["seed"]),
-                                 [res.arrays[v.id] for v in res.variants], threads)
     results = {}
     for v, scores in zip(res.variants, scored):
         results[v.id] = {

@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from threadpoolctl import threadpool_limits
 
 from .. import __version__
-from ..artifacts.embeddings import CARRIED
+from ..artifacts.embeddings import CARRIED, check_is_encoder
 from ..artifacts.pip import load_spectrum
-from ..io import write_h5
+from ..io import read_h5, write_h5
 from ..qre.features import qre_features, qre_to_base
 
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
-    """QRE features (n,) of one encoder from its stored factored PIP."""
+    """QRE features (n,) of one encoder from its stored factored PIP (a placeholder for a failed model)."""
+    _, attrs = read_h5(pip_file, [])
+    if attrs.get("failed"):  # the model failed under embed.on_error: skip
+        check_is_encoder(pip_file, attrs, Path(pip_file).stem, "PIP", Path(pip_file).parent.name)
+        write_h5(out, {}, {k: attrs[k] for k in (*CARRIED, "failed", "encmap_version")})
+        return
     with threadpool_limits(threads):
         spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
         feats = qre_features(spec, direction=direction, eps=eps)

@@ -11,31 +11,39 @@ import numpy as np
 
 from .. import __version__
 from ..artifacts.embeddings import check_is_encoder
+from ..artifacts.failures import failure_report
 from ..artifacts.features import encoder_record
 from ..io import atomic_write_json, read_h5, write_h5
 from ..validation import EncmapError
 
 
-def gather_step(feature_files: list[str], out: str, metrics: str | None = None) -> None:
+def gather_step(feature_files: list[str], out: str, metrics: str | None = None, failures: str | None = None) -> None:
     """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
 
     ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
     the model's ``meta``), so the map labels each point from the artifact it was computed from.
     Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
-    in the file's ``dropped`` attribute and in the metrics.
+    in the file's ``dropped`` attribute and in the metrics. So are the encoders of models that
+    failed under ``embed.on_error: skip``: in the ``failed`` attribute, the metrics and the
+    report ``failures`` (one row per model: id, stage, error, encoders).
     """
     if not feature_files:
         raise EncmapError(f"{out}: no encoder feature files to gather")
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
     rows, ids, meta, encoders, dropped = [], [], [], [], {}
+    failed: dict[str, dict[str, str]] = {}
     first: dict[str, Any] | None = None
     seen: dict[str, Path] = {}
     for f in files:
-        data, attrs = read_h5(f, ["features"])
+        _, attrs = read_h5(f, [])
         check_is_encoder(f, attrs, f.stem, "features", f.parent.name)
         if f.stem in seen:
             raise EncmapError(f"{f}: encoder {f.stem!r} is gathered twice (also {seen[f.stem]})")
         seen[f.stem] = f
+        if attrs.get("failed"):
+            failed[f.stem] = json.loads(attrs["failed"]) | {"model": attrs["model"]}
+            continue
+        data, attrs = read_h5(f, ["features"])
         key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")} | {"n": len(data["features"])}
         if first is None:
             first = key
@@ -49,14 +57,22 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None) 
         ids.append(attrs["encoder_id"])
         meta.append(float(attrs["qre_to_base"]))
         encoders.append(json.dumps(encoder_record(attrs), sort_keys=True))
+    report = failure_report(failed)
+    for r in report:
+        print(f"warning: model {r['model']!r} left off the map ({r['stage']} failed: {r['error']}): "
+              f"{len(r['encoders'])} encoder(s)", file=sys.stderr)
     if not rows:
-        raise EncmapError(f"{out}: every encoder is degenerate ({sorted(dropped)}); nothing to map")
+        raise EncmapError(f"{out}: no encoder to map: degenerate {sorted(dropped)}, failed {sorted(failed)}")
     F = np.vstack(rows)
     write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta),
                    "encoders": np.array(encoders, dtype=object)},
-             first | {"m": F.shape[0], "dropped": dropped, "encmap_version": __version__})
+             first | {"m": F.shape[0], "dropped": dropped, "failed": failed, "encmap_version": __version__})
+    if failures:
+        atomic_write_json(failures, {"failures": report})
     if metrics:
-        atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped), "n": int(F.shape[1]),
+        atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped),
+                                    "failed_encoders": len(failed), "failed_models": len(report),
+                                    "n": int(F.shape[1]),
                                     "qre_to_base_mean": float(np.mean(meta)),
                                     "qre_to_base_min": float(np.min(meta)),
                                     "qre_to_base_max": float(np.max(meta))})

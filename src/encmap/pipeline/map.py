@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -52,7 +53,9 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
 
     col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
     pretrained = np.array([k == "pretrained" for k in col["kind"]])
-    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"]}
+    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"],
+                               # left off by gather: their models failed (embed.on_error: skip)
+                               "failed_encoders": len(json.loads(fm["attrs"].get("failed", "{}")))}
     k = params["trustworthiness_k"]
     for name, D in (("l1", L), ("exact_qre", S)):
         purity = {f: neighbour_purity(D, col[f]) for f in ("model", "family", "pooling", "kind")}

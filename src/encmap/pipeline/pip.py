@@ -8,8 +8,9 @@ from threadpoolctl import threadpool_limits
 
 from .. import __version__
 from ..artifacts.embeddings import CARRIED, check_is_encoder, encoder_file
+from ..artifacts.failures import failed_attrs, read_failure
 from ..artifacts.pip import write_pip
-from ..io import read_h5
+from ..io import read_h5, write_h5
 from ..qre.spectrum import factor_pip, prepare_embeddings
 
 
@@ -19,6 +20,10 @@ def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: i
 
     The format (U derived on read from the embeddings) is :mod:`encmap.artifacts.pip`'s.
     """
+    failure = read_failure(emb_dir)
+    if failure is not None:  # the model failed under embed.on_error: skip: a placeholder stands for it
+        write_h5(out, {}, failed_attrs(failure, encoder) | {"encmap_version": __version__})
+        return
     f = encoder_file(emb_dir, encoder, "embeddings")
     data, attrs = read_h5(f, ["embeddings"])
     check_is_encoder(f, attrs, encoder, "embeddings", Path(emb_dir).name)

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import __version__
 from ..artifacts.embeddings import check_is_encoder
+from ..artifacts.failures import FAILED, failure_report, read_failure
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_predictions
 from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
@@ -19,15 +20,29 @@ from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, round
 from ..validation import EncmapError
 
 
-def read_eval_scores(eval_dirs: list[str], sentences_sha256: str) -> tuple[dict[str, dict[str, float]], list[str]]:
+def read_eval_scores(eval_dirs: list[str], sentences_sha256: str,
+                     failures: list[dict[str, Any]] | None = None) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks.
 
     Every result must come from the sentence set the features were computed on (its probe
-    sentences were removed from the tasks); a stale one is an error naming its file.
+    sentences were removed from the tasks); a stale one is an error naming its file. A model
+    that failed under ``evaluate.on_error: skip`` has no scores; its record is appended to
+    ``failures`` (model, stage, error, encoders).
     """
     scores: dict[str, dict[str, float]] = {}
     tasks: list[str] = []
     for d in eval_dirs:
+        failure = read_failure(d)
+        if failure is not None:
+            if failure.get("sentences_sha256") != sentences_sha256:
+                raise EncmapError(f"{d}/{FAILED}: recorded against another sentence set than the features; "
+                                  "rerun the 'evaluate' rule for this model")
+            print(f"warning: model {failure['model']!r} has no scores ({failure['stage']} failed: "
+                  f"{failure['error']})", file=sys.stderr)
+            if failures is not None:
+                failures.append({k: failure[k] for k in ("model", "stage", "error")}
+                                | {"encoders": sorted(failure["encoders"])})
+            continue
         files = sorted(Path(d).glob("*.json"))
         if not files:
             raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
@@ -47,6 +62,12 @@ def read_eval_scores(eval_dirs: list[str], sentences_sha256: str) -> tuple[dict[
             scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
             tasks += [t for t in r["tasks"] if t not in tasks]
     return scores, tasks
+
+
+def embed_failures(attrs: dict[str, Any]) -> list[dict[str, Any]]:
+    """The models ``gather`` left off the feature matrix because they failed (its ``failed`` attribute)."""
+    failed = attrs.get("failed", "{}")
+    return failure_report(json.loads(failed) if isinstance(failed, str) else failed)
 
 
 def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: list[str]) -> np.ndarray:
@@ -80,7 +101,8 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     ``jobs``: worker processes for the independent fits (the outputs do not depend on it).
     """
     fm = read_feature_matrix(features)
-    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"])
+    failures = embed_failures(fm["attrs"])
+    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"], failures)
     for table in regress["score_tables"]:
         extra = read_score_table(table["path"], fm["ids"], table["tasks"])
         for e, s in extra.items():
@@ -104,8 +126,10 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
              {"chosen": final["chosen"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
               "eps": float(fm["attrs"]["eps"]), "direction": str(fm["attrs"]["direction"]),
               "n": int(fm["F"].shape[1]), "encmap_version": __version__})
-    atomic_write_json(out["metrics"], rounded(res["summary"]) | {"tasks": len(tasks), "encoders": len(ids),
-                                                                  "models": len(set(groups))})
+    atomic_write_json(out["metrics"], rounded(res["summary"]) | {
+        "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
+        "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures)})
+    atomic_write_json(out["failures"], {"failures": failures})
 
 
 def predict_scores(regressors: str | Path, F: np.ndarray,

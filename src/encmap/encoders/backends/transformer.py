@@ -2,11 +2,18 @@
 
 Every requested hidden state is pooled every requested way, and for sentence-transformers the
 model's own output comes from its own module stack (Transformer -> Pooling -> Normalize ...),
-fed by its own tokenizer settings: exactly what ``SentenceTransformer.encode`` computes.
+fed by its own tokenizer settings (padding side, an EOS its tokenizer appends): exactly what
+``SentenceTransformer.encode`` computes. Encoder-only models (BERT, XLM-R, ModernBERT), the
+encoder of encoder-decoder models (T5) and decoders (Llama, Mistral, Qwen) share the route.
+
+The model runs in its params ``dtype`` (float16 / bfloat16 halve the weights' memory on a GPU);
+pooling and stored embeddings are float32. On CUDA out-of-memory the batch is halved and the
+same batch retried, down to :data:`MIN_BATCH`; the batch size used is logged and recorded.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 
 import numpy as np
@@ -16,14 +23,48 @@ from ..checkpoints import hub_provenance, model_id, resolve_source
 from ..result import EmbeddingResult, length_order, output_arrays
 from ..variants import model_variants
 
+log = logging.getLogger("encmap")
+
+#: The smallest batch tried after out-of-memory errors; one sentence that does not fit is an error.
+MIN_BATCH = 1
+
+
+def torch_dtype(name: str):
+    """The torch dtype of a params ``dtype`` name (float32, float16, bfloat16)."""
+    import torch
+
+    return {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def model_class(config, trust_remote_code: bool = False):
+    """The class that loads ``config``'s network: ``AutoModel``, or for an encoder-decoder
+    configuration (T5, mT5) its encoder-only class, as sentence encoders built on it use
+    (sentence-t5, gtr: ``T5EncoderModel``)."""
+    import transformers
+    from transformers import AutoModel
+
+    named = (getattr(config, "architectures", None) or [""])[0]
+    if named.endswith("EncoderModel") and hasattr(transformers, named):
+        return getattr(transformers, named)  # an encoder stack saved alone (sentence-t5, gtr)
+    if not getattr(config, "is_encoder_decoder", False):
+        return AutoModel
+    full = transformers.MODEL_MAPPING.get(type(config)) if not trust_remote_code else None
+    enc = getattr(transformers, full.__name__.removesuffix("Model") + "EncoderModel", None) if full else None
+    if enc is None:
+        raise EncmapError(f"{type(config).__name__}: an encoder-decoder model without an encoder-only class in "
+                          "transformers; encmap embeds with encoders and decoders, not both")
+    return enc
+
 
 def fresh_model(config, seed: int, trust_remote_code: bool = False):
     """The architecture of ``config`` with freshly initialised weights (seeded): a control."""
     import torch
-    from transformers import AutoModel
 
     torch.manual_seed(seed)
-    return AutoModel.from_config(config, trust_remote_code=trust_remote_code)
+    cls = model_class(config, trust_remote_code)
+    if hasattr(cls, "from_config"):
+        return cls.from_config(config, trust_remote_code=trust_remote_code)
+    return cls(config)
 
 
 def _to_numpy(x) -> np.ndarray:
@@ -38,9 +79,12 @@ def _load_sentence_transformer(spec: dict, ref: str, device: str):
     import torch
     from sentence_transformers import SentenceTransformer
 
-    # A checkpoint's own Python code runs only when its params entry says so explicitly.
+    dtype = torch_dtype(spec["dtype"])
+    # A checkpoint's own Python code runs only when its params entry says so explicitly. The
+    # weights load in their dtype directly (an 8 B model is never materialised in float32).
     st = SentenceTransformer(ref, revision=spec["revision"], device=device,
-                             trust_remote_code=spec.get("trust_remote_code", False))
+                             trust_remote_code=spec.get("trust_remote_code", False),
+                             model_kwargs={"dtype": dtype})
     st.max_seq_length = spec["max_seq_length"]
     net = st[0].auto_model
     if spec["init"] == "random":
@@ -53,16 +97,69 @@ def _load_sentence_transformer(spec: dict, ref: str, device: str):
             for sub in module.modules():
                 if hasattr(sub, "reset_parameters"):
                     sub.reset_parameters()
+    st.to(dtype)  # tail modules (Dense) too, so their inputs and weights agree
     # The Transformer module then also returns every hidden state ("all_layer_embeddings").
     net.config.output_hidden_states = True
     st.eval()
     return st, net
 
 
+def _load_transformer(spec: dict, ref: str, device: str):
+    from transformers import AutoConfig, AutoTokenizer
+
+    rev, remote = spec["revision"], spec.get("trust_remote_code", False)
+    tok = AutoTokenizer.from_pretrained(ref, revision=rev, trust_remote_code=remote)
+    if tok.pad_token is None:
+        # Decoder tokenizers often have none; padded positions are masked out, so any id will do.
+        tok.pad_token = tok.eos_token or tok.unk_token
+    config = AutoConfig.from_pretrained(ref, revision=rev, trust_remote_code=remote)
+    dtype = torch_dtype(spec["dtype"])
+    if spec["init"] == "random":
+        net = fresh_model(config, spec["seed"], remote).to(dtype)
+    else:
+        net = model_class(config, remote).from_pretrained(ref, revision=rev, trust_remote_code=remote, dtype=dtype)
+    return tok, net.to(device).eval()
+
+
+def is_causal(net, ids, device: str) -> bool:
+    """Whether ``net`` attends causally: its first position ignores every later token.
+
+    Decided by the model itself rather than by a list of architectures: two inputs that differ
+    only in their last token give the same first-position state in every layer only if attention
+    is causal. ``ids`` are token ids of one short tokenised text (at least 2).
+    """
+    import torch
+
+    a = torch.as_tensor([ids], device=device)
+    b = a.clone()
+    b[0, -1] = ids[0] if ids[-1] != ids[0] else ids[1]
+    with torch.inference_mode():
+        ha = net(input_ids=a, output_hidden_states=True).hidden_states[-1][0, 0].float()
+        hb = net(input_ids=b, output_hidden_states=True).hidden_states[-1][0, 0].float()
+    return bool(torch.allclose(ha, hb, rtol=1e-3, atol=1e-5 * float(ha.abs().max().clamp(min=1.0))))
+
+
+def _forward(st, tok, net, batch: list[str], spec: dict, device: str, want_output: bool):
+    """Hidden states (every layer, (b, t, h) each), attention mask (b, t), model output (b, d) or None."""
+    if st is not None:
+        from sentence_transformers.util import batch_to_device
+
+        feats = st(batch_to_device(st.preprocess(batch), device))
+        return feats["all_layer_embeddings"], feats["attention_mask"], (
+            feats["sentence_embedding"] if want_output else None)
+    enc = tok(batch, padding=True, truncation=True, max_length=spec["max_seq_length"], return_tensors="pt").to(device)
+    return net(**enc, output_hidden_states=True).hidden_states, enc["attention_mask"], None
+
+
+def _is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError)
+
+
 def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None) -> EmbeddingResult:
     import torch
     from tqdm import tqdm
-    from transformers import AutoConfig, AutoModel, AutoTokenizer
 
     from ..pooling import pool
 
@@ -70,18 +167,12 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     ref, prov = resolve_source(spec["source"], model)
     rev = spec["revision"]
-    st = None
+    tok = st = None
     if spec["backend"] == "sentence-transformers":
         st, net = _load_sentence_transformer(spec, ref, device)
+        tok = st.tokenizer
     else:
-        remote = spec.get("trust_remote_code", False)
-        tok = AutoTokenizer.from_pretrained(ref, revision=rev, trust_remote_code=remote)
-        if spec["init"] == "random":
-            net = fresh_model(AutoConfig.from_pretrained(ref, revision=rev, trust_remote_code=remote), spec["seed"],
-                              remote)
-        else:
-            net = AutoModel.from_pretrained(ref, revision=rev, trust_remote_code=remote)
-        net = net.to(device).eval()
+        tok, net = _load_transformer(spec, ref, device)
     prov |= hub_provenance(spec["source"], rev, model)
     n_layers = int(net.config.num_hidden_layers)
     if spec["layers"] == "all" and spec["num_layers"] != n_layers:
@@ -92,6 +183,12 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     if bad:
         raise EncmapError(f"model {model!r}: layer {bad[0]} requested but the model has hidden states 0..{n_layers}")
     layered = [v for v in variants if v.pooling != "output"]
+    probe = tok("the city by the river", add_special_tokens=False)["input_ids"]
+    causal = is_causal(net, probe, device)
+    if causal and any(v.pooling == "cls" for v in layered):
+        raise EncmapError(f"model {model!r}: pooling 'cls' on a causal (decoder) model: its first position sees only "
+                          "the first token (with a BOS token, the same vector for every sentence); use 'last', the "
+                          "last real token, which has seen the whole sentence")
     want_output = any(v.pooling == "output" for v in variants)
     inputs = [spec["prompt"] + t for t in texts]
     order = length_order(inputs)
@@ -106,29 +203,40 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
             arrays[key] = np.empty((len(inputs), rows.shape[1]), dtype=np.float32)
         arrays[key][idx] = rows
 
-    with torch.inference_mode():
-        for start in tqdm(range(0, len(inputs), bs), desc=f"embed {model}", file=sys.stderr, mininterval=5):
+    start = 0
+    with torch.inference_mode(), tqdm(total=len(inputs), desc=f"embed {model}", file=sys.stderr,
+                                      mininterval=5) as bar:
+        while start < len(inputs):
             idx = order[start:start + bs]
-            batch = [inputs[i] for i in idx]
-            if st is not None:
-                from sentence_transformers.util import batch_to_device
-
-                feats = st(batch_to_device(st.preprocess(batch), device))
-                hs, mask = feats["all_layer_embeddings"], feats["attention_mask"]
-                if want_output:
-                    put("output", idx, feats["sentence_embedding"])
-                del feats  # hs and mask keep what is still needed, until the end of this batch
-            else:
-                enc = tok(batch, padding=True, truncation=True, max_length=spec["max_seq_length"],
-                          return_tensors="pt").to(device)
-                hs, mask = net(**enc, output_hidden_states=True).hidden_states, enc["attention_mask"]
-            if len(hs) != n_layers + 1:
-                raise EncmapError(f"model {model!r}: expected {n_layers + 1} hidden states, got {len(hs)}")
-            for v in layered:
-                put(v.id, idx, pool(hs[v.layer], mask, v.pooling))
-            del hs, mask
+            try:
+                hs, mask, out = _forward(st, tok, net, [inputs[i] for i in idx], spec, device, want_output)
+                if len(hs) != n_layers + 1:
+                    raise EncmapError(f"model {model!r}: expected {n_layers + 1} hidden states, got {len(hs)}")
+                if out is not None:
+                    put("output", idx, out)
+                for v in layered:  # pooled in float32 whatever the model's dtype: sums of half floats overflow
+                    put(v.id, idx, pool(hs[v.layer].float(), mask, v.pooling))
+                del hs, mask, out
+            except Exception as e:  # noqa: BLE001 (only out-of-memory is handled; the rest re-raised)
+                if not _is_oom(e):
+                    raise
+                if bs <= MIN_BATCH:
+                    raise EncmapError(f"model {model!r}: out of {device} memory with a batch of {bs} sentence(s) "
+                                      f"of up to {max(len(inputs[i]) for i in idx)} characters in {spec['dtype']}; "
+                                      "it needs a larger device, a lower dtype or a lower max_seq_length") from None
+                bs = max(MIN_BATCH, bs // 2)
+                log.warning("model %r: out of %s memory; retrying with batch size %d", model, device, bs)
+                if device.startswith("cuda"):
+                    torch.cuda.empty_cache()
+                continue
+            start += len(idx)
+            bar.update(len(idx))
+    if bs != spec["batch_size"]:
+        log.warning("model %r: embedded with batch size %d (params: %d) after out-of-memory errors",
+                    model, bs, spec["batch_size"])
     if want_output:
         arrays |= output_arrays(model, spec, arrays.pop("output"), variants)
     prov.update({"model_id": model_id(spec["source"]), "revision": rev, "num_hidden_layers": n_layers,
-                 "max_seq_length": spec["max_seq_length"]})
+                 "max_seq_length": spec["max_seq_length"], "dtype": spec["dtype"], "batch_size_used": bs,
+                 "causal": causal, "padding_side": str(getattr(tok, "padding_side", "right"))})
     return EmbeddingResult(variants, arrays, prov)

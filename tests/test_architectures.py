@@ -1,0 +1,173 @@
+"""Every architecture on the leaderboard through the one-pass route, in the precision asked for.
+
+Tiny random checkpoints built offline (tests/support/architectures.py): BERT, XLM-RoBERTa, a T5
+encoder, ModernBERT, a Qwen3 decoder (left padding, appended EOS) and a Mistral decoder (right
+padding, BOS and EOS), each a sentence-transformers model pooled as its real counterparts are.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from support.architectures import ARCHITECTURES, CAUSAL, build_tiny_architecture
+
+from encmap.encoders.backends import transformer
+from encmap.encoders.embed import embed_model
+from encmap.encoders.pooling import pool
+from encmap.validation import EncmapError, degenerate_reason
+
+TEXTS = ["The city river was seen at night by the people.",
+         "A king wrote a book about music and art in the year of the war, and the book was read by every child.",
+         "Water is life.",
+         "She said the school team would play the game in the house of the state.",
+         "The church of the old city has a history of art and science.",
+         "Light."]
+
+
+@pytest.fixture(scope="module")
+def archs(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("archs")
+    return {a: build_tiny_architecture(a, root / a) for a in ARCHITECTURES}
+
+
+def spec_for(arch: str, path: Path, **kw) -> dict:
+    pooling = ["last", "mean", "max"] if arch in CAUSAL else ["mean", "cls", "max", "last"]
+    return {"backend": "sentence-transformers", "source": f"path:{path}", "revision": None, "max_seq_length": 64,
+            "batch_size": 4, "prompt": "", "layers": "all", "num_layers": ARCHITECTURES[arch][3],
+            "pooling": pooling, "output": True, "dims": [], "renormalize_truncated": True, "init": "pretrained",
+            "seed": 0, "dtype": "float32"} | kw
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_every_architecture_gives_its_encode_output_and_every_layer(arch, archs):
+    """__out is SentenceTransformer.encode exactly (float32); every layer x pooling has shape (n, 32)
+    and varies across sentences."""
+    from sentence_transformers import SentenceTransformer
+
+    spec = spec_for(arch, archs[arch])
+    res = embed_model(arch, spec, TEXTS)
+    ref = SentenceTransformer(str(archs[arch]), device="cpu").encode(TEXTS, batch_size=3)
+    np.testing.assert_allclose(res.arrays[f"{arch}__out"], ref, atol=2e-6)
+    layers = range(ARCHITECTURES[arch][3] + 1)
+    want = {f"{arch}__l{k:02d}-{p}" for k in layers for p in spec["pooling"] if not (k == 0 and p in ("cls", "last"))}
+    assert set(res.arrays) == want | {f"{arch}__out"}
+    for e, a in res.arrays.items():
+        assert a.dtype == np.float32 and a.shape[0] == len(TEXTS) and (e.endswith("__out") or a.shape[1] == 32)
+        assert degenerate_reason(a) is None, e
+    assert res.provenance["causal"] == (arch in CAUSAL)
+    assert res.provenance["padding_side"] == ARCHITECTURES[arch][1]
+
+
+@pytest.mark.parametrize("arch", list(ARCHITECTURES))
+def test_the_transformers_backend_runs_every_architecture(arch, archs):
+    """The plain transformers route (no sentence-transformers tail; T5 through its encoder stack)
+    gives the same layer variants as the sentence-transformers route, from the same weights."""
+    spec = spec_for(arch, archs[arch], output=False)
+    st = embed_model(arch, spec, TEXTS)
+    tr = embed_model(arch, spec | {"backend": "transformers", "source": f"path:{archs[arch] / 'raw'}"}, TEXTS)
+    assert set(tr.arrays) == set(st.arrays)
+    for e in st.arrays:
+        np.testing.assert_allclose(tr.arrays[e], st.arrays[e], atol=1e-5, err_msg=e)
+
+
+def _slow_last(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    rows = []
+    for i in range(mask.shape[0]):
+        real = [j for j in range(mask.shape[1]) if mask[i, j]]
+        rows.append(hidden[i, real[-1]])
+    return torch.stack(rows)
+
+
+@pytest.mark.parametrize("side", ["left", "right"])
+def test_last_pooling_indexes_each_sentences_last_real_token(side):
+    lengths = [5, 1, 3, 7]
+    mask = torch.zeros(4, 7, dtype=torch.int64)
+    for i, k in enumerate(lengths):
+        if side == "right":
+            mask[i, :k] = 1
+        else:
+            mask[i, 7 - k:] = 1
+    hidden = torch.randn(4, 7, 6, generator=torch.Generator().manual_seed(0))
+    got = pool(hidden, mask, "last")
+    assert torch.equal(got, _slow_last(hidden, mask))
+    # Hand-checked: right padding takes column length-1, left padding the last column.
+    col = [k - 1 for k in lengths] if side == "right" else [6] * 4
+    assert torch.equal(got, hidden[torch.arange(4), torch.tensor(col)])
+
+
+@pytest.mark.parametrize("arch", CAUSAL)
+def test_a_decoders_last_token_is_the_state_of_the_unpadded_sentence(arch, archs):
+    """Under causal attention the last real token of a padded batch (left padding for qwen3,
+    right for mistral) is the last state of the sentence run alone; RoPE makes the left-padding
+    offset irrelevant."""
+    from transformers import AutoModel, AutoTokenizer
+
+    res = embed_model(arch, spec_for(arch, archs[arch], output=False, pooling=["last"]), TEXTS)
+    tok = AutoTokenizer.from_pretrained(archs[arch] / "raw")
+    net = AutoModel.from_pretrained(archs[arch] / "raw").eval()
+    for i, t in enumerate(TEXTS):
+        with torch.inference_mode():
+            hs = net(**tok([t], return_tensors="pt"), output_hidden_states=True).hidden_states
+        for k in (1, 2):
+            np.testing.assert_allclose(res.arrays[f"{arch}__l{k:02d}-last"][i], hs[k][0, -1].numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("arch", CAUSAL)
+def test_cls_is_refused_for_a_causal_model(arch, archs):
+    with pytest.raises(EncmapError, match=f"model '{arch}': pooling 'cls' on a causal"):
+        embed_model(arch, spec_for(arch, archs[arch], pooling=["cls", "mean"]), TEXTS)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_half_precision_loads_the_model_in_it_and_stores_float32(dtype, archs, monkeypatch):
+    """The model's weights are in the dtype asked for; the embeddings are float32 and close to the
+    float32 ones (bfloat16 keeps 8 bits of mantissa: ~1e-2 relative)."""
+    seen = []
+    real = transformer._forward
+
+    def spy(st, tok, net, *args):
+        seen.append(next(net.parameters()).dtype)
+        return real(st, tok, net, *args)
+
+    monkeypatch.setattr(transformer, "_forward", spy)
+    full = embed_model("m", spec_for("qwen3", archs["qwen3"]), TEXTS)
+    half = embed_model("m", spec_for("qwen3", archs["qwen3"], dtype=dtype), TEXTS)
+    assert seen[0] == torch.float32 and seen[-1] == getattr(torch, dtype)
+    assert half.provenance["dtype"] == dtype and full.provenance["dtype"] == "float32"
+    for e, a in full.arrays.items():
+        assert half.arrays[e].dtype == np.float32
+        rel = np.linalg.norm(half.arrays[e] - a) / np.linalg.norm(a)
+        assert 0 < rel < 0.05, (e, rel)
+
+
+def test_out_of_memory_halves_the_batch_and_retries(archs, monkeypatch):
+    """A simulated CUDA out-of-memory on batches above 2 sentences: the same results as
+    batch_size 2, and the batch size used is recorded; at the floor it is an error naming the
+    model and the batch size."""
+    real = transformer._forward
+    sizes = []
+
+    def tight(st, tok, net, batch, *args):
+        sizes.append(len(batch))
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(st, tok, net, batch, *args)
+
+    spec = spec_for("bert", archs["bert"], batch_size=8)
+    ref = embed_model("b", spec | {"batch_size": 2}, TEXTS)
+    monkeypatch.setattr(transformer, "_forward", tight)
+    res = embed_model("b", spec, TEXTS)
+    assert sizes == [6, 4, 2, 2, 2]  # batch 8 (all 6 texts) fails, 4 fails, then 2 + 2 + 2
+    assert res.provenance["batch_size_used"] == 2
+    for e in ref.arrays:
+        np.testing.assert_allclose(res.arrays[e], ref.arrays[e], atol=1e-6)
+
+    def never(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory")
+
+    monkeypatch.setattr(transformer, "_forward", never)
+    with pytest.raises(EncmapError, match=r"model 'b': out of cpu memory with a batch of 1 sentence"):
+        embed_model("b", spec, TEXTS)
