@@ -88,3 +88,27 @@ def test_subset_embeddings_and_scores_are_checked_by_id(run, tmp_path):
                                               "tasks": {"t": {"main_score": 0.5}}}))
     with pytest.raises(EncmapError, match=r"m0__0\.json: holds the scores of encoder 'm0__3'"):
         read_eval_scores([str(d)], "a")
+
+
+def test_a_failing_model_stops_naming_it_or_is_recorded(tmp_path):
+    from encmap.artifacts.failures import failed_attrs, read_failure, run_model, write_failure
+
+    def broken():
+        raise OSError("no file named model.safetensors")
+
+    with pytest.raises(EncmapError, match=r"model 'm': embed failed: OSError: no file named model.safetensors "
+                                          r"\(set embed.on_error: skip"):
+        run_model("m", "embed", "stop", broken)
+    assert run_model("m", "embed", "skip", broken) == "OSError: no file named model.safetensors"
+    assert run_model("m", "embed", "skip", lambda: 3) == 3
+    write_failure(tmp_path / "m", "m", "embed", "OSError: x", {"m__out": {"id": "m__out"}}, "abc", 5)
+    record = read_failure(tmp_path / "m")
+    assert record["stage"] == "embed" and failed_attrs(record, "m__out")["failed"] == {"stage": "embed",
+                                                                                       "error": "OSError: x"}
+    with pytest.raises(EncmapError, match="not among the encoders of failed model 'm'"):
+        failed_attrs(record, "m__l01-mean")
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "failed.json").write_text((tmp_path / "m" / "failed.json").read_text())
+    with pytest.raises(EncmapError, match="the failure record of model 'm', read as model 'other'"):
+        read_failure(tmp_path / "other")
+    assert read_failure(tmp_path) is None

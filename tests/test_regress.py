@@ -125,7 +125,7 @@ def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
     return str(root / "qre.h5"), dirs
 
 
-OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg")
+OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg", "failures")
 
 
 def test_regress_step_and_bad_score_tables(tmp_path):
