@@ -5,6 +5,8 @@ rule regress:
         features="results/features/qre.h5",
         evals=expand("results/eval/{model}", model=MODELS),
         tables=[t["path"] for t in config["regress"]["score_tables"]],
+        # published MTEB scores read from a local copy of MTEB's results (regress.mteb.results)
+        mteb=[r for r in [config["regress"]["mteb"]["results"]] if r not in (None, "remote")],
     output:
         metrics="results/regression/metrics.json",
         table="results/regression/table.csv",

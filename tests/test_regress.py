@@ -14,7 +14,8 @@ from encmap.validation import EncmapError
 
 PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
           "elasticnet_alphas": [1e-3, 1e-2, 1e-1], "l1_ratios": [0.5], "ridge_alphas": [1e-2, 1.0, 100.0],
-          "max_iter": 10000, "score_tables": []}
+          "max_iter": 10000, "score_tables": [],
+          "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": "test"}}
 
 
 def records(m: int, groups) -> list[dict]:

@@ -56,6 +56,26 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                    help="worker processes for the fits (default: the cores this process may use; "
                         "the table does not depend on it)")
+    z = sub.add_parser("zoo", help="models: entries for hub encoders from MTEB's model registry (offline)")
+    z.add_argument("--min-params", type=float, help="at least this many parameters (e.g. 1e8)")
+    z.add_argument("--max-params", type=float, help="at most this many parameters")
+    z.add_argument("--language", action="append", default=[], metavar="ISO639-3",
+                   help="models covering this language (e.g. eng); repeatable: any of them")
+    z.add_argument("--english-only", action="store_true", help="models whose languages are English alone")
+    z.add_argument("--org", action="append", default=[], help="organisation (the hub id's owner); repeatable")
+    z.add_argument("--name", help="regular expression the hub name must match")
+    z.add_argument("--framework", help="a framework the registry lists, e.g. 'Sentence Transformers'")
+    z.add_argument("--limit", type=int, help="the first N entries by id")
+    z.add_argument("--trust-remote-code", action="store_true",
+                   help="include models whose loader runs the checkpoint's own code (left out otherwise)")
+    z.add_argument("--prompt", choices=["none", "document"], default="none",
+                   help="probe sentences bare (default) or with the model's documented passage prompt")
+    z.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                   help="auto: float32 below 1 B parameters, bfloat16 from 1 B (default)")
+    zo = z.add_mutually_exclusive_group()
+    zo.add_argument("--out", help="write a YAML file holding just models: (snakemake --configfile adds them)")
+    zo.add_argument("--append", action="store_true", help="add the entries to the params file (--params)")
+    z.add_argument("--replace", action="store_true", help="with --append: replace the params file's models")
     mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB result files")
     mt.add_argument("results", help="MTEB results folder (<org__model>/<revision>/<TaskName>.json)")
     mt.add_argument("--models", required=True, help="CSV encoder,mteb_model: which map encoder each MTEB model is")
@@ -63,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     mt.add_argument("--out", help="write the table here (default: print it)")
     args = ap.parse_args(argv)
     try:
+        if args.cmd == "zoo":
+            return _zoo(args)
         if args.cmd == "mteb-scores":
             return _mteb_scores(args)
         if args.cmd == "place":
@@ -134,6 +156,38 @@ def _deps(args) -> int:
     return 0
 
 
+def _zoo(args) -> int:
+    import yaml
+
+    from .encoders.catalogue import catalogue, composition, registry_records
+    from .io import atomic_write_text
+    from .params import append_models, load_params, validate_params
+
+    entries, left = catalogue(registry_records(), trust_remote_code=args.trust_remote_code, limit=args.limit,
+                              prompt=args.prompt, dtype=args.dtype, min_params=args.min_params,
+                              max_params=args.max_params, languages=args.language, english_only=args.english_only,
+                              organisations=args.org, name_pattern=args.name, framework=args.framework)
+    if not entries:
+        raise EncmapError("encmap zoo: no registry record passes these filters")
+    base = load_params(args.params)
+    # Every entry, as the run will see it (--out: merged by snakemake --configfile), before writing.
+    validate_params(base | {"models": entries if args.replace else base["models"] | entries}, "encmap zoo entries")
+    text = yaml.safe_dump({"models": entries}, sort_keys=False, default_flow_style=None, width=120)
+    if args.append:
+        append_models(args.params, entries, replace=args.replace)
+    elif args.out:
+        atomic_write_text(args.out, text)
+    else:
+        print(text, end="")
+    out = sys.stderr if not (args.append or args.out) else sys.stdout
+    print(f"encmap zoo: {len(entries)} models; left out {sum(left.values())}: "
+          + (", ".join(f"{n} {why}" for why, n in left.most_common()) or "none"), file=out)
+    for what, counts in composition(entries).items():
+        print(f"  by {what}: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12))
+              + (f", ... ({len(counts)} in all)" if len(counts) > 12 else ""), file=out)
+    return 0
+
+
 def _mteb_scores(args) -> int:
 
     from .downstream.score_tables import mteb_scores, read_table, score_table_text
@@ -151,7 +205,8 @@ def _mteb_scores(args) -> int:
 def _place(args) -> int:
     import yaml
 
-    from .place import append_to_params, default_model_id, place_encoder, place_spec, source_ref
+    from .params import append_models
+    from .place import default_model_id, place_encoder, place_spec, source_ref
 
     if args.spec:
         try:
@@ -195,7 +250,7 @@ def _place(args) -> int:
         print("no predicted scores: results/regression/regressors.h5 not found (run the 'regress' rule)")
     print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv" + (", scores.csv" if res["predicted"] else ""))
     if args.append:
-        append_to_params(args.params, model, spec)
+        append_models(args.params, {model: spec})
         print(f"added model {model!r} to {args.params}")
     return 0
 

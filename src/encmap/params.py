@@ -240,3 +240,34 @@ def parameters_markdown() -> str:
         elif _rows(node, section):
             table(_rows(node, section))
     return "\n".join(lines).rstrip() + "\n"
+
+
+def append_models(params_path: str | Path, entries: dict[str, dict[str, Any]], replace: bool = False) -> None:
+    """Add model entries (``{id: spec}``) at the end of the ``models:`` block of a params file, keeping its comments.
+
+    ``replace``: they replace the block's entries instead. The new file is validated before it
+    replaces the old one.
+    """
+    from .io import atomic_write_text
+
+    p = Path(params_path)
+    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
+    try:
+        start = next(i for i, line in enumerate(lines) if line.rstrip() == "models:")
+    except StopIteration:
+        raise EncmapError(f"{p}: no top-level 'models:' block to append to") from None
+    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "\n", "#", "")), len(lines))
+    while end > start + 1 and not lines[end - 1].strip():
+        end -= 1
+    if replace:
+        lines, end = lines[:start + 1] + lines[end:], start + 1
+    clash = sorted(set(entries) & set(parse_yaml("".join(lines), str(p)).get("models") or {}))
+    if clash:
+        raise EncmapError(f"{p}: models {clash[:5]} are already in its 'models:' block"
+                          + (" (and more)" if len(clash) > 5 else ""))
+    entry = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=120)
+    block = "".join("  " + line if line.strip() else line for line in entry.splitlines(keepends=True))
+    text = "".join(lines[:end]) + block + "".join(lines[end:])
+    validate_params(parse_yaml(text, str(p)), str(p))
+    atomic_write_text(p, text)
+

@@ -168,28 +168,3 @@ def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs
             for t, by_reg in by_t.items() for reg, v in by_reg.items()]
     atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted"]))
     return table
-
-
-def append_to_params(params_path: str | Path, model: str, spec: dict[str, Any]) -> None:
-    """Add ``model: spec`` at the end of the ``models:`` block of a params file, keeping its comments.
-
-    The new file is validated before it replaces the old one.
-    """
-    import yaml
-
-    from .params import parse_yaml
-
-    p = Path(params_path)
-    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
-    try:
-        start = next(i for i, line in enumerate(lines) if line.rstrip() == "models:")
-    except StopIteration:
-        raise EncmapError(f"{p}: no top-level 'models:' block to append to") from None
-    end = next((i for i in range(start + 1, len(lines)) if lines[i][:1] not in (" ", "\n", "#", "")), len(lines))
-    while end > start + 1 and not lines[end - 1].strip():
-        end -= 1
-    entry = yaml.safe_dump({model: spec}, sort_keys=False, default_flow_style=None, width=120)
-    block = "".join("  " + line if line.strip() else line for line in entry.splitlines(keepends=True))
-    text = "".join(lines[:end]) + block + "".join(lines[end:])
-    validate_params(parse_yaml(text, str(p)), str(p))
-    atomic_write_text(p, text)

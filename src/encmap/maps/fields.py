@@ -19,15 +19,17 @@ from ..validation import EncmapError
 #: Metadata fields a map can be coloured by, in column order.
 FIELDS = ("model", "family", "architecture", "layer", "pooling", "dimension", "parameters",
           "languages", "objective", "kind")
+#: Fields of catalogue entries (``encmap zoo``), optional in ``meta``: empty where a model has none.
+OPTIONAL_FIELDS = ("organisation", "language_scope", "license", "release_year", "instructions")
 #: Fields whose values are numbers (coloured on a scale when they take many values).
-NUMERIC_FIELDS = ("layer", "dimension", "parameters")
+NUMERIC_FIELDS = ("layer", "dimension", "parameters", "release_year")
 
 
 def check_fields(fields: Sequence[str], what: str = "map.fields") -> list[str]:
     """Return ``fields`` if every one is a known metadata field, else raise naming the first unknown."""
-    bad = [f for f in fields if f not in FIELDS]
+    bad = [f for f in fields if f not in FIELDS + OPTIONAL_FIELDS]
     if bad:
-        raise EncmapError(f"{what}: unknown metadata field {bad[0]!r}; fields are {list(FIELDS)}")
+        raise EncmapError(f"{what}: unknown metadata field {bad[0]!r}; fields are {list(FIELDS + OPTIONAL_FIELDS)}")
     if not fields:
         raise EncmapError(f"{what}: name at least one metadata field")
     return list(fields)
@@ -45,7 +47,7 @@ def field_values(record: dict[str, Any]) -> dict[str, Any]:
         "layer": record["layer"], "pooling": record["pooling"], "dimension": int(record["d"]),
         "parameters": meta["parameters"], "languages": ",".join(langs) if langs else "none",
         "objective": meta["objective"], "kind": meta["kind"],
-    }
+    } | {f: meta.get(f) for f in OPTIONAL_FIELDS}
 
 
 def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict]) -> str:

@@ -14,6 +14,7 @@ from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.failures import FAILED, failure_report, read_failure
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_predictions
+from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
 from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
 from ..downstream.score_tables import read_groups, read_score_table
 from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, rounded, write_h5
@@ -79,11 +80,17 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
                    params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
     """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker processes)."""
     Y = score_matrix(fm["ids"], scores, tasks)
-    empty = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
+    few = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
+    empty = [t for t in few if not t.startswith(PREFIX)]
     if empty:
         raise EncmapError(f"task {empty[0]!r}: fewer than 3 encoders on the map have a score")
+    if few:  # published MTEB tasks that too few mapped models were evaluated on: sat out, named
+        print(f"warning: {len(few)} MTEB task(s) left out of the regression, fewer than 3 encoders with a score: "
+              + ", ".join(few), file=sys.stderr)
+        keep = [j for j, t in enumerate(tasks) if t not in few]
+        tasks, Y = [tasks[j] for j in keep], Y[:, keep]
     rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs)
-    return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y}
+    return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
 TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
@@ -108,8 +115,20 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
         for e, s in extra.items():
             scores.setdefault(e, {}).update(s)
         tasks += [t for t in table["tasks"] if t not in tasks]
+    mt = regress["mteb"]
+    if mt["results"] is not None:
+        published, names = published_scores(mteb_models(fm["records"]), results=mt["results"],
+                                            benchmark=mt["benchmark"], tasks=mt["tasks"], split=mt["split"])
+        for e, s in published.items():
+            clash = set(s) & set(scores.get(e, {}))
+            if clash:
+                raise EncmapError(f"encoder {e!r}: {sorted(clash)[0]} is both run (evaluate.mteb) and read from "
+                                  "published results (regress.mteb); keep one")
+            scores.setdefault(e, {}).update(s)
+        tasks += [t for t in names if t not in tasks]
     groups = [r["model"] for r in fm["records"]]
     res = run_regression(fm, scores, tasks, groups, regress, jobs)
+    tasks = res["tasks"]
     ids = fm["ids"]
     final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"], jobs)
     pred_rows = [p | {"encoder": ids[p["encoder"]], "model": groups[p["encoder"]]} for p in res["predictions"]]
@@ -128,7 +147,8 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
               "n": int(fm["F"].shape[1]), "encmap_version": __version__})
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {
         "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
-        "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures)})
+        "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures),
+        "tasks_with_too_few_scores": len(res["left_out"])})
     atomic_write_json(out["failures"], {"failures": failures})
 
 

@@ -1,0 +1,188 @@
+"""The real zoo: catalogue entries from mteb's installed registry, and published MTEB scores as targets."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from encmap.downstream.mteb_results import published_scores
+from encmap.encoders.catalogue import catalogue, registry_records
+from encmap.encoders.variants import expand_encoders
+from encmap.io import write_h5
+from encmap.validation import EncmapError
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return registry_records()
+
+
+@pytest.fixture(scope="module")
+def metas():
+    import mteb
+
+    return mteb.get_model_metas()
+
+
+def test_the_whole_catalogue_validates_and_is_stable(registry, tmp_path):
+    """Every entry of the default catalogue (all open dense text encoders with a faithful route)
+    passes `encmap check`, and two builds give the same entries and encoder list."""
+    import subprocess
+    import sys
+
+    entries, left = catalogue(registry)
+    again, _ = catalogue(registry_records())
+    assert entries == again and len(entries) > 300
+    assert list(expand_encoders(entries)) == [f"{m}__out" for m in sorted(entries)]
+    params = yaml.safe_load((REPO / "params.yaml").read_text()) | {"models": entries}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    r = subprocess.run([sys.executable, "-m", "encmap.cli", "--params", str(tmp_path / "params.yaml"), "check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and f"valid, {len(entries)} encoders" in r.stdout, r.stdout + r.stderr
+    # Never a route encmap cannot run faithfully; every entry pinned and explicit.
+    assert not {"not text-only", "closed weights (API only)"} - set(left)
+    for e in entries.values():
+        assert e["revision"] and e["source"].startswith("hub:") and e["meta"]["mteb_revision"] == e["revision"]
+        assert e["dtype"] == ("bfloat16" if (e["meta"]["parameters"] or 0) >= 1e9 else "float32")
+
+
+def test_filters_give_exactly_the_records_that_satisfy_them(registry, metas):
+    """100 M - 400 M parameters and English only, checked against mteb's own records by hand."""
+    entries, _ = catalogue(registry, min_params=1e8, max_params=4e8, english_only=True)
+    expected = set()
+    for m in metas:
+        loader = getattr(m.loader, "__name__", None)
+        remote = '"trust_remote_code": true' in json.dumps(m.loader_kwargs or {}, default=str)
+        langs = {x.split("-")[0] for x in (m.languages or [])}
+        if (m.open_weights and list(m.modalities or []) == ["text"] and list(m.model_type or []) == ["dense"]
+                and loader in ("SentenceTransformerEncoderWrapper", "InstructSentenceTransformerModel",
+                               "sentence_transformers_loader", "instruct_loader", "q3e_instruct_loader")
+                and m.revision and not remote and m.n_parameters is not None and 1e8 <= m.n_parameters <= 4e8
+                and langs == {"eng"}):
+            expected.add(m.name)
+    assert {e["meta"]["mteb_name"] for e in entries.values()} == expected and len(expected) > 20
+    assert all(e["meta"]["language_scope"] == "english" for e in entries.values())
+
+
+def test_remote_code_models_are_left_out_unless_allowed(registry):
+    remote = sorted(r["name"] for r in registry if r["trust_remote_code"] and r["open_weights"]
+                    and r["modalities"] == ["text"] and r["model_type"] == ["dense"]
+                    and r["loader"] == "SentenceTransformerEncoderWrapper")
+    assert remote
+    name = remote[0]
+    pattern = "^" + name.replace(".", r"\.") + "$"
+    entries, left = catalogue(registry, name_pattern=pattern)
+    assert entries == {} and left == {"needs trust_remote_code": 1}
+    entries, left = catalogue(registry, name_pattern=pattern, trust_remote_code=True)
+    (entry,) = entries.values()
+    assert entry["trust_remote_code"] is True and entry["meta"]["mteb_name"] == name and not left
+
+
+def test_prompt_choice_is_written_in_the_entry(registry):
+    """E5 documents 'passage: ' for documents: --prompt document writes it, none writes ''."""
+    pattern = "^intfloat/multilingual-e5-small$"
+    bare, _ = catalogue(registry, name_pattern=pattern)
+    doc, _ = catalogue(registry, name_pattern=pattern, prompt="document")
+    (b,), (d,) = bare.values(), doc.values()
+    assert (b["prompt"], b["meta"]["prompt"]) == ("", "none")
+    assert (d["prompt"], d["meta"]["prompt"]) == ("passage: ", "document")
+
+
+def write_result(root: Path, model: str, revision: str, task: str, subsets: list[tuple[str, list[str], float]]):
+    """One result file in MTEB's layout: results/<org__model>/<revision>/<Task>.json."""
+    d = root / "results" / model.replace("/", "__") / revision
+    d.mkdir(parents=True, exist_ok=True)
+    (d / f"{task}.json").write_text(json.dumps({
+        "dataset_revision": "0", "task_name": task, "mteb_version": "1.38.0", "evaluation_time": 1.0,
+        "kg_co2_emissions": None,
+        "scores": {"test": [{"main_score": s, "hf_subset": h, "languages": langs} for h, langs, s in subsets]}}))
+
+
+TASKS = ["Banking77Classification", "KinNewsClassification", "STS12"]
+
+
+def test_published_scores_read_into_exactly_the_expected_table(tmp_path):
+    """Two models, three tasks, one missing score (a has no Banking77), two subsets of one task
+    (KinNews: the mean over them), and a second revision of b that the pinned revision excludes.
+    Under the MTEB(eng, v1) benchmark only its subsets count ('en' of AmazonCounterfactual); under
+    a task list a result lacking some of the task's subsets is incomplete: no score."""
+    en, de, kin = ["eng-Latn"], ["deu-Latn"], ["kin-Latn"]
+    write_result(tmp_path, "org/a", "r1", "STS12", [("default", en, 0.7)])
+    write_result(tmp_path, "org/a", "r1", "KinNewsClassification",
+                 [("kinnews_cleaned", kin, 0.6), ("kirnews_cleaned", ["run-Latn"], 0.9)])
+    write_result(tmp_path, "org/a", "r1", "AmazonCounterfactualClassification", [("en", en, 0.6), ("de", de, 0.8)])
+    write_result(tmp_path, "org/b", "r2", "STS12", [("default", en, 0.5)])
+    write_result(tmp_path, "org/b", "r2", "Banking77Classification", [("default", en, 0.9)])
+    write_result(tmp_path, "org/b", "r3", "STS12", [("default", en, 0.1)])
+    models = {"a__out": ("org/a", "r1"), "b__out": ("org/b", "r2")}
+    scores, names = published_scores(models, results=str(tmp_path), benchmark=None, tasks=TASKS, split="test")
+    assert names == [f"mteb:{t}" for t in TASKS]
+    assert scores == {"a__out": {"mteb:STS12": 0.7, "mteb:KinNewsClassification": pytest.approx(0.75)},
+                      "b__out": {"mteb:STS12": 0.5, "mteb:Banking77Classification": 0.9}}
+    scores, names = published_scores(models, results=str(tmp_path), benchmark="MTEB(eng, v1)", tasks=[],
+                                     split="test")
+    assert len(names) == 56 and scores["a__out"]["mteb:AmazonCounterfactualClassification"] == pytest.approx(0.6)
+    scores, _ = published_scores(models, results=str(tmp_path), benchmark=None,
+                                 tasks=["AmazonCounterfactualClassification"], split="test")
+    assert scores["a__out"] == {}  # en and de of its four subsets: incomplete
+    with pytest.raises(EncmapError, match="no 'results' folder"):
+        published_scores(models, results=str(tmp_path / "results"), benchmark=None, tasks=TASKS, split="test")
+
+
+def test_the_regression_takes_published_scores_as_targets(tmp_path):
+    """Eight catalogue models on a fake map: their output encoders get the published scores, the
+    layer variants none; a task with scores for only two models is left out, named."""
+    from test_regress import OUTS, PARAMS, records
+
+    from encmap.pipeline.regress import regress_step
+
+    rng = np.random.default_rng(0)
+    m = 16
+    groups = [f"m{i // 2}" for i in range(m)]
+    recs = records(m, groups)
+    for i, r in enumerate(recs):  # even rows: the model's output; odd rows: a layer variant
+        r["id"] = f"{groups[i]}__out" if i % 2 == 0 else f"{groups[i]}__l01-mean"
+        r["pooling"], r["dim"], r["layer"] = ("output", None, None) if i % 2 == 0 else ("mean", None, 1)
+        r["meta"] |= {"mteb_name": f"org/{groups[i]}", "mteb_revision": "r"}
+    F = rng.standard_normal((m, 30))
+    write_h5(tmp_path / "qre.h5", {"features": F, "encoder_ids": np.array([r["id"] for r in recs], dtype=object),
+                                   "encoders": np.array([json.dumps(r) for r in recs], dtype=object)},
+             {"sentences_sha256": "x", "eps": 1e-6, "direction": "forward", "m": m})
+    for k in range(8):
+        write_result(tmp_path, f"org/m{k}", "r", "STS12", [("default", ["eng-Latn"], float(F[2 * k, 0]))])
+        if k < 2:
+            write_result(tmp_path, f"org/m{k}", "r", "Banking77Classification", [("default", ["eng-Latn"], 0.5)])
+    out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
+    params = PARAMS | {"mteb": {"results": str(tmp_path), "benchmark": None, "tasks": TASKS, "split": "test"}}
+    regress_step(str(tmp_path / "qre.h5"), [], out, regress=params)
+    table = Path(out["table"]).read_text()
+    assert "mteb:STS12" in table and "Banking77" not in table
+    rows = [line.split(",") for line in table.splitlines()[1:] if line.startswith("mteb:STS12,grouped,qre,")]
+    assert rows and all(r[4] == "8" for r in rows)  # n: the 8 output encoders, not the layer variants
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["tasks"] == 1 and metrics["tasks_with_too_few_scores"] == 2
+
+
+def test_zoo_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys):
+    from encmap.cli import main
+
+    params = tmp_path / "params.yaml"
+    params.write_text((REPO / "params.yaml").read_text())
+    pick = ["--max-params", "2e8", "--limit", "40"]  # 40 models: enough for the default perplexity
+    assert main(["--params", str(params), "zoo", *pick, "--out", str(tmp_path / "zoo.yaml")]) == 0
+    zoo = yaml.safe_load((tmp_path / "zoo.yaml").read_text())
+    assert list(zoo) == ["models"] and len(zoo["models"]) == 40
+    assert "left out" in capsys.readouterr().out
+    before = params.read_text()
+    assert main(["--params", str(params), "zoo", *pick, "--append", "--replace"]) == 0
+    after = params.read_text()
+    assert yaml.safe_load(after)["models"] == zoo["models"]
+    assert after.splitlines()[:3] == before.splitlines()[:3]  # the file's own comments are kept
+    assert main(["--params", str(params), "zoo", *pick, "--append"]) != 0
+    assert "already in its 'models:' block" in capsys.readouterr().err
