@@ -30,7 +30,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 WIDTHS = (64, 128, 256, 384, 512, 768)
-WORKFLOW = ("Snakefile", "dvc.yaml", "rules", "scripts", "schemas", "profiles", "envs", "requirements")
+WORKFLOW = ("Snakefile", "dvc.yaml", "rules", "scripts", "profiles", "envs", "requirements")
 METHOD_M, METHOD_N = 1101, 10_000
 
 

@@ -173,3 +173,48 @@ def test_values_that_can_only_fail_are_refused_before_any_job(edit, match):
     edit(p)
     with pytest.raises(EncmapError, match=match):
         validate_params(p)
+
+
+def test_many_models_report_every_problem_at_once_each_naming_its_model():
+    """500 generated models with three broken ones: one error lists all three (before: the first)."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    gauss = {"backend": "control", "method": "gaussian", "dim": 64, "rank": None, "dims": [],
+             "renormalize_truncated": True, "meta": params["models"]["random-gaussian"]["meta"]}
+    params["models"] = {f"g{i:04d}": dict(gauss, seed=i) for i in range(500)}
+    params["models"]["g0003"]["dim"] = "16"
+    params["models"]["g0250"]["colour"] = "red"
+    params["models"]["g0499"]["dims"] = [64]
+    with pytest.raises(EncmapError) as e:
+        validate_params(params, "p.yaml")
+    lines = str(e.value).splitlines()
+    assert lines[0] == "p.yaml: 3 problems:"
+    assert any("models.g0003.dim" in x for x in lines) and any("models.g0250" in x and "colour" in x for x in lines)
+    assert any("model 'g0499': dims [64] must all be below" in x for x in lines)
+
+
+def test_params_are_parsed_with_libyaml_and_still_refuse_duplicate_keys():
+    import yaml as pyyaml
+
+    from encmap.params import UniqueKeyLoader, parse_yaml
+
+    assert issubclass(UniqueKeyLoader, pyyaml.CSafeLoader)
+    with pytest.raises(EncmapError, match=r"p.yaml: duplicate key 'a' at line 3 \(first at line 1\)"):
+        parse_yaml("a: 1\nb: 2\na: 3\n", "p.yaml")
+    with pytest.raises(EncmapError, match=r"p.yaml: not valid YAML at line \d+, column \d+: while parsing a flow node"):
+        parse_yaml("a: 1\nb: [\n", "p.yaml")
+
+
+def test_snakemake_reads_params_as_json_rendered_once_per_content(tmp_path, monkeypatch):
+    import json
+
+    from encmap.params import snakemake_configfile
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text())
+    first = snakemake_configfile("params.yaml")
+    assert first.endswith(".json") and json.loads(Path(first).read_text()) == load_params("params.yaml")
+    mtime = Path(first).stat().st_mtime_ns
+    assert snakemake_configfile("params.yaml") == first and Path(first).stat().st_mtime_ns == mtime
+    (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text().replace("seed: 0", "seed: 1", 1))
+    second = snakemake_configfile("params.yaml")
+    assert second != first and not Path(first).exists()  # one rendering: of the current content

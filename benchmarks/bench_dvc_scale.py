@@ -1,0 +1,117 @@
+"""The DVC route's bookkeeping at scale: m seeded control models in a fresh git + DVC copy.
+
+Small n, so bookkeeping rather than maths is measured. Side by side in one run, on one copy of
+the workflow taken from ``--workflow`` (default: this checkout; give an older checkout to measure
+"before"; its ``src`` is put first on PYTHONPATH so its encmap runs):
+
+- ``snakemake -n`` (the whole DAG), ``dvc status`` with nothing computed, and one DVC stage's own
+  command (``snakemake -n ... --force results/embeddings/<model> --allowed-rules embed``);
+- with ``--repro``: ``dvc repro gather`` (every model's embed, pip and features, then the matrix)
+  against ``snakemake --cores all results/features/qre.h5`` on a second copy of the same config,
+  ``dvc status`` with everything computed, a no-op ``dvc repro gather``, ``dvc repro gather``
+  after one model's seed changed, and ``dvc exp run -S models.<id>.seed=...``.
+
+    python benchmarks/bench_dvc_scale.py --m 1101                 # the bookkeeping without compute
+    python benchmarks/bench_dvc_scale.py --m 30 --repro            # and the runs
+    python benchmarks/bench_dvc_scale.py --m 30 --repro --workflow /tmp/before --json before.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+sys.path.insert(0, str(Path(__file__).parent))
+
+from bench_scale import WORKFLOW, control_models  # noqa: E402
+
+
+def project(root: Path, workflow: Path, m: int, n: int) -> str:
+    """A git + DVC repository at ``root`` with ``workflow``'s files and m control models; the first model id."""
+    if root.exists():
+        shutil.rmtree(root)
+    root.mkdir(parents=True)
+    for name in (*WORKFLOW, ".gitignore"):
+        src = workflow / name
+        if src.exists():
+            (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
+    shutil.copytree(workflow / "src", root / "src", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info"))
+    params = yaml.safe_load((workflow / "params.yaml").read_text())
+    params["sentences"] |= {"set": f"bench-n{n}", "n": n}
+    params["models"] = control_models(m)
+    params["map"]["perplexity"] = min(params["map"]["perplexity"], max(1, (m - 1) // 3))
+    params["similarity"]["subset"]["encoders"] = []
+    (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    for cmd in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"], ["git", "add", "-A"],
+                ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench"]):
+        subprocess.run(cmd, cwd=root, check=True, capture_output=True, env=ENV)
+    return sorted(params["models"])[0]
+
+
+ENV: dict[str, str] = {}
+
+
+def timed(cmd: list[str], cwd: Path, check: bool = True) -> tuple[float, str]:
+    t = time.perf_counter()
+    p = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, env=ENV)
+    wall = time.perf_counter() - t
+    if check and p.returncode != 0:
+        raise SystemExit(f"`{' '.join(cmd)}` failed ({p.returncode}):\n{(p.stdout + p.stderr)[-4000:]}")
+    return wall, p.stdout + p.stderr
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--m", type=int, default=100)
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--workflow", default=str(REPO), help="checkout whose workflow and src are measured")
+    ap.add_argument("--root", default="/tmp/bench-dvc-scale")
+    ap.add_argument("--repro", action="store_true", help="also run the pipeline both ways (minutes per model)")
+    ap.add_argument("--json", help="write the figures here")
+    args = ap.parse_args()
+    workflow = Path(args.workflow).resolve()
+    ENV.update(os.environ, PYTHONPATH=str(workflow / "src"), DVC_NO_ANALYTICS="1",
+               PATH=f"{BIN}{os.pathsep}{os.environ['PATH']}")
+    root = Path(args.root) / "dvc"
+    first = project(root, workflow, args.m, args.n)
+    sm, dvc = str(BIN / "snakemake"), str(BIN / "dvc")
+    out: dict[str, float | int | str] = {"m": args.m, "n": args.n, "workflow": str(workflow)}
+    out["snakemake_n_s"], log = timed([sm, "-n", "--cores", "2"], root)
+    out["jobs"] = int(next(line.split()[1] for line in log.splitlines() if line.startswith("total")))
+    out["dvc_status_empty_s"], log = timed([dvc, "status"], root)
+    out["dvc_status_lines"] = len(log.splitlines())
+    out["stage_command_s"], _ = timed([sm, "-n", "--cores", "all", "--nolock", "--force",
+                                       f"results/embeddings/{first}", "--allowed-rules", "embed"], root)
+    if args.repro:
+        plain = Path(args.root) / "snakemake"
+        project(plain, workflow, args.m, args.n)
+        out["snakemake_all_s"], _ = timed([sm, "--cores", "all", "results/features/qre.h5"], plain)
+        out["dvc_repro_s"], _ = timed([dvc, "repro", "gather"], root)
+        out["dvc_repro_over_snakemake"] = out["dvc_repro_s"] / out["snakemake_all_s"]
+        out["dvc_status_done_s"], log = timed([dvc, "status"], root)
+        out["dvc_status_done_lines"] = len(log.splitlines())
+        out["dvc_repro_noop_s"], _ = timed([dvc, "repro", "gather"], root)
+        params = yaml.safe_load((root / "params.yaml").read_text())
+        params["models"][first]["seed"] += 1000
+        (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        out["dvc_repro_one_changed_s"], log = timed([dvc, "repro", "gather"], root)
+        out["stages_run_one_changed"] = log.count("Running stage")
+        out["dvc_exp_run_one_changed_s"], log = timed(
+            [dvc, "exp", "run", "gather", "-S", f"models.{first}.seed={params['models'][first]['seed'] + 1}"], root)
+    print(json.dumps(out, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
