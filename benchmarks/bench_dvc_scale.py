@@ -4,8 +4,9 @@ Small n, so bookkeeping rather than maths is measured. Side by side in one run, 
 the workflow taken from ``--workflow`` (default: this checkout; give an older checkout to measure
 "before"; its ``src`` is put first on PYTHONPATH so its encmap runs):
 
-- ``snakemake -n`` (the whole DAG), ``dvc status`` with nothing computed, and one DVC stage's own
-  command (``snakemake -n ... --force results/embeddings/<model> --allowed-rules embed``);
+- ``snakemake -n`` (the whole DAG), ``dvc status`` with nothing computed, and (once the sentences
+  are curated, untimed) one DVC stage's own command (``snakemake -n ... --force
+  results/embeddings/<model> --allowed-rules embed``);
 - with ``--repro``: ``dvc repro gather`` (every model's embed, pip and features, then the matrix)
   against ``snakemake --cores all results/features/qre.h5`` on a second copy of the same config,
   ``dvc status`` with everything computed, a no-op ``dvc repro gather``, ``dvc repro gather``
@@ -90,6 +91,7 @@ def main() -> None:
     out["jobs"] = int(next(line.split()[1] for line in log.splitlines() if line.startswith("total")))
     out["dvc_status_empty_s"], log = timed([dvc, "status"], root)
     out["dvc_status_lines"] = len(log.splitlines())
+    timed([sm, "--cores", "2", f"data/sentences/bench-n{args.n}.txt"], root)  # curate once, not timed
     out["stage_command_s"], _ = timed([sm, "-n", "--cores", "all", "--nolock", "--force",
                                        f"results/embeddings/{first}", "--allowed-rules", "embed"], root)
     if args.repro:

@@ -186,3 +186,23 @@ def test_zoo_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys
     assert after.splitlines()[:3] == before.splitlines()[:3]  # the file's own comments are kept
     assert main(["--params", str(params), "zoo", *pick, "--append"]) != 0
     assert "already in its 'models:' block" in capsys.readouterr().err
+
+
+def test_the_architecture_comes_from_a_cached_checkpoint_config(tmp_path, monkeypatch):
+    """Where the checkpoint's config.json (at the pinned revision) is in the Hugging Face cache,
+    its model_type is the entry's architecture and decides the pooling (last for decoders)."""
+    import encmap.encoders.catalogue as cat
+
+    name = "intfloat/multilingual-e5-small"
+    rev = next(r["revision"] for r in registry_records() if r["name"] == name)
+    snap = tmp_path / "hub" / f"models--{name.replace('/', '--')}" / "snapshots" / rev
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"model_type": "qwen3"}))
+    (tmp_path / "hub" / f"models--{name.replace('/', '--')}" / "refs").mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    import huggingface_hub.constants as c
+
+    monkeypatch.setattr(c, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    entries, _ = cat.catalogue(cat.registry_records(), name_pattern=f"^{name}$")
+    (e,) = entries.values()
+    assert e["meta"]["architecture"] == "qwen3" and e["pooling"] == ["last"]

@@ -35,6 +35,7 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
+from pathlib import Path
 from typing import Any, Iterable
 
 from ..validation import EncmapError
@@ -42,7 +43,11 @@ from ..validation import EncmapError
 #: mteb loaders that load a plain sentence-transformers model (with or without instructions).
 ST_LOADERS = ("SentenceTransformerEncoderWrapper", "InstructSentenceTransformerModel",
               "sentence_transformers_loader", "instruct_loader", "q3e_instruct_loader")
-#: Name fragments of decoder (causal) families: their entries pool the last token.
+#: Checkpoint ``model_type`` values of decoder (causal) language models.
+DECODER_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
+                           "gemma2", "gemma3", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "gpt2", "gptj",
+                           "gpt_neox", "falcon", "starcoder2", "stablelm", "internlm2", "minicpm"})
+#: Name fragments of decoder (causal) families, where no checkpoint config is at hand.
 DECODER_NAMES = re.compile(r"qwen|mistral|llama|gemma|phi-|olmo|smollm|e5-mistral|sfr-embedding|linq|gte-qwen",
                            re.IGNORECASE)
 PROMPTS = ("none", "document")
@@ -74,10 +79,27 @@ def record_of(meta: Any) -> dict[str, Any]:
 
 
 def registry_records() -> list[dict[str, Any]]:
-    """Every record of the mteb registry installed with encmap (offline), sorted by name."""
-    import mteb
+    """Every record of the mteb registry installed with encmap (offline), sorted by name.
 
-    return sorted((record_of(m) for m in mteb.get_model_metas()), key=lambda r: r["name"])
+    ``model_type``: the checkpoint config's ``model_type`` where that config (at the pinned
+    revision) is in the local Hugging Face cache; the registry itself does not say.
+    """
+    import mteb
+    from huggingface_hub import try_to_load_from_cache
+
+    out = []
+    for meta in mteb.get_model_metas():
+        r = record_of(meta)
+        try:  # names of API models are not repository ids ("openai/... (embed_dim=512)")
+            found = try_to_load_from_cache(r["name"], "config.json", revision=r["revision"]) if r["revision"] else None
+        except ValueError:
+            found = None
+        try:
+            r["config_model_type"] = json.loads(Path(found).read_text())["model_type"] if isinstance(found, str) else None
+        except (OSError, ValueError, KeyError):
+            r["config_model_type"] = None
+        out.append(r)
+    return sorted(out, key=lambda r: r["name"])
 
 
 def left_out_reason(r: dict[str, Any], trust_remote_code: bool = False) -> str | None:
@@ -145,7 +167,9 @@ def entry(r: dict[str, Any], by_name: dict[str, dict[str, Any]], *, prompt: str 
     big = params is not None and params >= HALF_FROM
     org = r["name"].split("/")[0]
     root = family_root(r["name"], by_name)
-    decoder = bool(DECODER_NAMES.search(r["name"]) or (root and DECODER_NAMES.search(root)))
+    config_type = r.get("config_model_type")
+    decoder = (config_type in DECODER_TYPES if config_type
+               else bool(DECODER_NAMES.search(r["name"]) or (root and DECODER_NAMES.search(root))))
     text = r["document_prompt"] if prompt == "document" and not r["passage_instruction"] else ""
     year = int(r["release_date"][:4]) if r["release_date"] else None
     return {
@@ -158,7 +182,8 @@ def entry(r: dict[str, Any], by_name: dict[str, dict[str, Any]], *, prompt: str 
         "dtype": ("bfloat16" if big else "float32") if dtype == "auto" else dtype,
         "trust_remote_code": bool(r["trust_remote_code"]),
         "meta": {
-            "family": root.split("/")[-1] if root else org, "architecture": "decoder" if decoder else "unknown",
+            "family": root.split("/")[-1] if root else org,
+            "architecture": config_type or ("decoder" if decoder else "unknown"),
             "parameters": params, "languages": r["languages"], "objective": "unknown", "kind": "pretrained",
             "organisation": org, "base_model": r["adapted_from"], "width": r["embed_dim"],
             "language_scope": language_scope(r["languages"]), "license": r["license"], "release_year": year,
