@@ -16,8 +16,8 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     calls = []
 
     class FakeST:
-        def __init__(self, ref, revision=None, device=None, trust_remote_code=None):  # noqa: D107
-            calls.append(("st", ref, revision, trust_remote_code))
+        def __init__(self, ref, revision=None, device=None, trust_remote_code=None, model_kwargs=None):  # noqa: D107
+            calls.append(("st", ref, revision, trust_remote_code, model_kwargs))
             raise RuntimeError("stop before any download")
 
     import sentence_transformers
@@ -26,12 +26,15 @@ def test_hub_source_passes_id_and_revision_without_download(monkeypatch):
     spec = {"backend": "sentence-transformers", "source": "hub:sentence-transformers/all-MiniLM-L6-v2",
             "revision": "c9745ed", "max_seq_length": 8, "batch_size": 2, "prompt": "", "layers": [1],
             "pooling": ["mean"], "output": False, "dims": [], "renormalize_truncated": True, "init": "pretrained",
-            "seed": 0, "dtype": "float32"}
+            "seed": 0, "dtype": "bfloat16"}
     assert resolve_source(spec["source"], "m") == ("sentence-transformers/all-MiniLM-L6-v2",
                                                           {"source": spec["source"]})
     with pytest.raises(RuntimeError, match="stop before any download"):
         embed_model("m", spec, ["A sentence."], "cpu")
-    assert calls == [("st", "sentence-transformers/all-MiniLM-L6-v2", "c9745ed", False)]  # no remote code
+    import torch
+
+    # No remote code; the weights are loaded in the entry's dtype.
+    assert calls == [("st", "sentence-transformers/all-MiniLM-L6-v2", "c9745ed", False, {"dtype": torch.bfloat16})]
 
 
 def test_bad_sources():

@@ -44,8 +44,8 @@ def run_model(model: str, stage: str, on_error: str, work: Callable[[], T]) -> T
         return work()
     except Exception as e:  # noqa: BLE001 (any failure of one model's load or forward pass)
         if on_error == "stop":
-            if isinstance(e, EncmapError) and f"{model!r}" in str(e):
-                raise
+            if isinstance(e, EncmapError) and f"'{model}" in str(e):
+                raise  # already names the model or one of its encoders
             raise EncmapError(f"model {model!r}: {stage} failed: {error_text(e)} (set {stage}.on_error: skip "
                               "to record it and go on with the other models)") from e
         log.warning("model %r: %s failed, recorded and skipped (%s.on_error: skip): %s", model, stage, stage,
