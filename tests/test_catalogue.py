@@ -46,7 +46,13 @@ def test_the_whole_catalogue_validates_and_is_stable(registry, tmp_path):
                        capture_output=True, text=True)
     assert r.returncode == 0 and f"valid, {len(entries)} encoders" in r.stdout, r.stdout + r.stderr
     # Never a route encmap cannot run faithfully; every entry pinned and explicit.
-    assert not {"not text-only", "closed weights (API only)"} - set(left)
+    assert not {"not text-only", "closed weights (API only)", "not a dense encoder (cross-encoder)",
+                "not a dense encoder (sparse)", "not a dense encoder (late-interaction)"} - set(left)
+    by_name = {r["name"]: r for r in registry}
+    for e in entries.values():
+        r = by_name[e["meta"]["mteb_name"]]
+        assert r["open_weights"] and r["model_type"] == ["dense"] and r["modalities"] == ["text"]
+        assert not r["trust_remote_code"] and not e["trust_remote_code"]
     for e in entries.values():
         assert e["revision"] and e["source"].startswith("hub:") and e["meta"]["mteb_revision"] == e["revision"]
         assert e["dtype"] == ("bfloat16" if (e["meta"]["parameters"] or 0) >= 1e9 else "float32")
