@@ -187,6 +187,7 @@ def test_zoo_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys
     assert "left out" in capsys.readouterr().out
     before = params.read_text()
     assert main(["--params", str(params), "zoo", *pick, "--append", "--replace"]) == 0
+    assert "backend:" not in capsys.readouterr().out  # the entries go into the file, not to the terminal
     after = params.read_text()
     assert yaml.safe_load(after)["models"] == zoo["models"]
     assert after.splitlines()[:3] == before.splitlines()[:3]  # the file's own comments are kept

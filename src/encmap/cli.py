@@ -169,15 +169,17 @@ def _zoo(args) -> int:
                               organisations=args.org, name_pattern=args.name, framework=args.framework)
     if not entries:
         raise EncmapError("encmap zoo: no registry record passes these filters")
-    base = load_params(args.params)
-    # Every entry, as the run will see it (--out: merged by snakemake --configfile), before writing.
-    validate_params(base | {"models": entries if args.replace else base["models"] | entries}, "encmap zoo entries")
-    text = yaml.safe_dump({"models": entries}, sort_keys=False, default_flow_style=None, width=120)
-    if args.append:
+    if args.replace and not args.append:
+        raise EncmapError("encmap zoo: --replace replaces the params file's models, so it needs --append")
+    if args.append:  # validated as the new params file before it replaces the old one
         append_models(args.params, entries, replace=args.replace)
-    elif args.out:
+    else:  # every entry as the run will see it (merged by snakemake --configfile), before writing
+        base = load_params(args.params)
+        validate_params(base | {"models": base["models"] | entries}, "encmap zoo entries")
+    text = yaml.safe_dump({"models": entries}, sort_keys=False, default_flow_style=None, width=120)
+    if args.out:
         atomic_write_text(args.out, text)
-    else:
+    elif not args.append:
         print(text, end="")
     out = sys.stderr if not (args.append or args.out) else sys.stdout
     print(f"encmap zoo: {len(entries)} models; left out {sum(left.values())}: "

@@ -99,6 +99,15 @@ def atomic_write_json(path: str | Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def read_json(path: str | Path, fix: str = "") -> Any:
+    """A JSON file's content; a syntax error names the file and line, then ``fix`` (what to do)."""
+    p = Path(path)
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise EncmapError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})" + (f"; {fix}" if fix else "")) from None
+
+
 def csv_cell(v: Any) -> str:
     """A CSV cell: floats in shortest round-trip form (the file reproduces float64 exactly), None empty."""
     if v is None:

@@ -70,7 +70,7 @@ def load_params(path: str | Path) -> dict:
     p = Path(path)
     if not p.exists():
         raise EncmapError(f"{p}: params file not found")
-    params = parse_yaml(p.read_text(encoding="utf-8"), str(p))
+    params = parse_yaml_file(p)
     validate_params(params, str(p))
     return params
 
@@ -84,19 +84,12 @@ def validate_params(params: Any, where: str = "params") -> None:
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     problems = list(dict.fromkeys(_message(e, params) for e in errors))
+    encoders = {}
     if isinstance(params, dict) and isinstance(params.get("models"), dict):
-        # Every model's own rules too (of the models the schema accepts), so that a params file
-        # of hundreds of models is fixed in one pass.
-        from .encoders.variants import model_variants
-
+        # Every model's own rules too (of the models the schema accepts), all reported at once.
         refused = {e.absolute_path[1] for e in errors if len(e.absolute_path) > 1 and e.absolute_path[0] == "models"}
-        for model, spec in params["models"].items():
-            if model in refused or not isinstance(spec, dict):
-                continue
-            try:
-                model_variants(model, spec)
-            except EncmapError as e:
-                problems.append(str(e))
+        encoders = expand_encoders({m: s for m, s in params["models"].items()
+                                    if m not in refused and isinstance(s, dict)}, problems)
     if len(problems) == 1:
         raise EncmapError(f"{where}: {problems[0]}")
     if problems:
@@ -107,7 +100,6 @@ def validate_params(params: Any, where: str = "params") -> None:
     names = [src["name"] for src in s["sources"]]
     if len(set(names)) != len(names):
         raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
-    encoders = expand_encoders(params["models"])
     check_counts(params, len(encoders), where)
     unknown = [e for e in params["similarity"]["subset"]["encoders"] if e not in encoders]
     if unknown:

@@ -17,7 +17,7 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, TypeVar
 
-from ..io import swap_dir
+from ..io import read_json, swap_dir
 from ..validation import EncmapError
 
 #: The record's file name inside a model's output directory.
@@ -74,11 +74,7 @@ def read_failure(model_dir: str | Path) -> dict[str, Any] | None:
     f = Path(model_dir) / FAILED
     if not f.is_file():
         return None
-    try:
-        record = json.loads(f.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise EncmapError(f"{f}: not valid JSON ({e.msg} at line {e.lineno}); delete the directory and rerun the "
-                          "stage") from None
+    record = read_json(f, "delete the directory and rerun the stage")
     for key in ("model", "stage", "error", "encoders"):
         if key not in record:
             raise EncmapError(f"{f}: failure record without {key!r}; delete the directory and rerun the stage")

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from ..io import read_json
 from ..validation import EncmapError
 
 
@@ -14,10 +14,7 @@ def read_tasks(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise EncmapError(f"{p}: evaluation tasks not found; run the 'tasks' rule first")
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise EncmapError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    return read_json(p)
 
 
 def task_texts(task: dict[str, Any]) -> list[str]:

@@ -98,12 +98,23 @@ def check_model_spec(model: str, spec: dict) -> None:
             raise EncmapError(f"model {model!r}: tfidf.ngram_range {[lo, hi]} must be [low, high] with low <= high")
 
 
-def expand_encoders(models: dict[str, dict]) -> dict[str, Variant]:
-    """All encoders of all models, by id (unique across models)."""
+def expand_encoders(models: dict[str, dict], problems: list[str] | None = None) -> dict[str, Variant]:
+    """All encoders of all models, by id (unique across models).
+
+    ``problems``: append each model's error there and go on with the next model (so that a
+    params file of hundreds of models is fixed in one pass), instead of raising the first.
+    """
     seen: dict[str, Variant] = {}
     for model, spec in models.items():
-        for v in model_variants(model, spec):
-            if v.id in seen:
-                raise EncmapError(f"duplicate encoder id {v.id!r} (from models {seen[v.id].model!r} and {model!r})")
-            seen[v.id] = v
+        try:
+            variants = model_variants(model, spec)
+            for v in variants:
+                if v.id in seen:
+                    raise EncmapError(f"duplicate encoder id {v.id!r} (from models {seen[v.id].model!r} and {model!r})")
+        except EncmapError as e:
+            if problems is None:
+                raise
+            problems.append(str(e))
+            continue
+        seen.update((v.id, v) for v in variants)
     return seen

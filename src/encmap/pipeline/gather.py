@@ -35,7 +35,7 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
     first: dict[str, Any] | None = None
     seen: dict[str, Path] = {}
     for f in files:
-        _, attrs = read_h5(f, [])
+        data, attrs = read_h5(f)  # one read per file: a failed model's placeholder holds no dataset
         check_is_encoder(f, attrs, f.stem, "features", f.parent.name)
         if f.stem in seen:
             raise EncmapError(f"{f}: encoder {f.stem!r} is gathered twice (also {seen[f.stem]})")
@@ -43,7 +43,8 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
         if attrs.get("failed"):
             failed[f.stem] = json.loads(attrs["failed"]) | {"model": attrs["model"]}
             continue
-        data, attrs = read_h5(f, ["features"])
+        if "features" not in data:
+            raise EncmapError(f"{f}: no dataset 'features' (has {sorted(data)}); rerun the 'features' rule for it")
         key = {k: attrs[k] for k in ("sentences_sha256", "direction", "eps")} | {"n": len(data["features"])}
         if first is None:
             first = key

@@ -17,7 +17,7 @@ from ..downstream.figures import draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
 from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
 from ..downstream.score_tables import read_groups, read_score_table
-from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, rounded, write_h5
+from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, read_json, rounded, write_h5
 from ..validation import EncmapError
 
 
@@ -48,11 +48,7 @@ def read_eval_scores(eval_dirs: list[str], sentences_sha256: str,
         if not files:
             raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
         for f in files:
-            try:
-                r = json.loads(f.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as e:
-                raise EncmapError(f"{f}: not valid JSON ({e.msg} at line {e.lineno}); rerun the 'evaluate' rule "
-                                  "for this model") from None
+            r = read_json(f, "rerun the 'evaluate' rule for this model")
             check_is_encoder(f, r, f.stem, "scores", Path(d).name)
             if f.stem in scores:
                 raise EncmapError(f"{f}: encoder {f.stem!r} has scores in two directories")

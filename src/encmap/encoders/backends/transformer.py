@@ -153,12 +153,6 @@ def _forward(st, tok, net, batch: list[str], spec: dict, device: str, want_outpu
     return net(**enc, output_hidden_states=True).hidden_states, enc["attention_mask"], None
 
 
-def _is_oom(e: BaseException) -> bool:
-    import torch
-
-    return isinstance(e, torch.OutOfMemoryError)
-
-
 def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None) -> EmbeddingResult:
     import torch
     from tqdm import tqdm
@@ -219,9 +213,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
                 for v in layered:  # pooled in float32 whatever the model's dtype: sums of half floats overflow
                     put(v.id, idx, pool(hs[v.layer].float(), mask, v.pooling))
                 del hs, mask, out
-            except Exception as e:  # noqa: BLE001 (only out-of-memory is handled; the rest re-raised)
-                if not _is_oom(e):
-                    raise
+            except torch.OutOfMemoryError:
                 if bs <= MIN_BATCH:
                     raise EncmapError(f"model {model!r}: out of {device} memory with a batch of {bs} sentence(s) "
                                       f"of up to {max(len(inputs[i]) for i in idx)} characters in {spec['dtype']}; "
