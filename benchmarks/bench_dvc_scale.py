@@ -7,14 +7,18 @@ the workflow taken from ``--workflow`` (default: this checkout; give an older ch
 - ``snakemake -n`` (the whole DAG), ``dvc status`` with nothing computed, and (once the sentences
   are curated, untimed) one DVC stage's own command (``snakemake -n ... --force
   results/embeddings/<model> --allowed-rules embed``);
-- with ``--repro``: ``dvc repro gather`` (every model's embed, pip and features, then the matrix)
-  against ``snakemake --cores all results/features/qre.h5`` on a second copy of the same config,
-  ``dvc status`` with everything computed, a no-op ``dvc repro gather``, ``dvc repro gather``
-  after one model's seed changed, and ``dvc exp run -S models.<id>.seed=...``.
+- with ``--repro``: ``encmap repro`` (the whole pipeline; DVC's decision, one Snakemake call per
+  batch) against ``snakemake --cores all`` on a second copy of the same config, ``dvc status``
+  with everything computed, a no-op ``encmap repro``, ``encmap repro`` after one model's seed
+  changed, and how many stages that recorded (``--target gather``: only up to the feature matrix);
+- with ``--dvc-repro``: the same runs through ``dvc repro`` on a third copy (one Snakemake
+  process per stage), and ``dvc exp run -S models.<id>.seed=...``. A workflow from before
+  ``encmap repro`` existed has only this route.
 
-    python benchmarks/bench_dvc_scale.py --m 1101                 # the bookkeeping without compute
-    python benchmarks/bench_dvc_scale.py --m 30 --repro            # and the runs
-    python benchmarks/bench_dvc_scale.py --m 30 --repro --workflow /tmp/before --json before.json
+    python benchmarks/bench_dvc_scale.py --m 1101                     # the bookkeeping without compute
+    python benchmarks/bench_dvc_scale.py --m 300 --repro               # and the runs
+    python benchmarks/bench_dvc_scale.py --m 30 --repro --dvc-repro    # both routes side by side
+    python benchmarks/bench_dvc_scale.py --m 30 --dvc-repro --workflow /tmp/before --json before.json
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def project(root: Path, workflow: Path, m: int, n: int) -> str:
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
-    for name in (*WORKFLOW, ".gitignore"):
+    for name in (*WORKFLOW, ".gitignore", ".dvcignore"):
         src = workflow / name
         if src.exists():
             (shutil.copytree if src.is_dir() else shutil.copy)(src, root / name)
@@ -52,6 +56,8 @@ def project(root: Path, workflow: Path, m: int, n: int) -> str:
     params["sentences"] |= {"set": f"bench-n{n}", "n": n}
     params["models"] = control_models(m)
     params["map"]["perplexity"] = min(params["map"]["perplexity"], max(1, (m - 1) // 3))
+    params["map"]["neighbours"] = min(params["map"]["neighbours"], m - 1)
+    params["map"]["trustworthiness_k"] = min(params["map"]["trustworthiness_k"], max(1, (m - 1) // 2))
     params["similarity"]["subset"]["encoders"] = []
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     for cmd in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"], ["git", "add", "-A"],
@@ -78,7 +84,10 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200)
     ap.add_argument("--workflow", default=str(REPO), help="checkout whose workflow and src are measured")
     ap.add_argument("--root", default="/tmp/bench-dvc-scale")
-    ap.add_argument("--repro", action="store_true", help="also run the pipeline both ways (minutes per model)")
+    ap.add_argument("--repro", action="store_true", help="also run encmap repro against snakemake (seconds per model)")
+    ap.add_argument("--dvc-repro", action="store_true", help="also run dvc repro (one Snakemake process per stage)")
+    ap.add_argument("--target", choices=["all", "gather"], default="all",
+                    help="the whole pipeline (default) or up to the feature matrix (no pair stages, map, regression)")
     ap.add_argument("--json", help="write the figures here")
     args = ap.parse_args()
     workflow = Path(args.workflow).resolve()
@@ -87,7 +96,8 @@ def main() -> None:
     root = Path(args.root) / "dvc"
     first = project(root, workflow, args.m, args.n)
     sm, dvc = str(BIN / "snakemake"), str(BIN / "dvc")
-    out: dict[str, float | int | str] = {"m": args.m, "n": args.n, "workflow": str(workflow)}
+    out: dict[str, float | int | str] = {"m": args.m, "n": args.n, "workflow": str(workflow), "target": args.target}
+    dvc_target, smk_target = ([], []) if args.target == "all" else (["gather"], ["results/features/qre.h5"])
     out["snakemake_n_s"], log = timed([sm, "-n", "--cores", "2"], root)
     out["jobs"] = int(next(line.split()[1] for line in log.splitlines() if line.startswith("total")))
     out["dvc_status_empty_s"], log = timed([dvc, "status"], root)
@@ -95,22 +105,36 @@ def main() -> None:
     timed([sm, "--cores", "2", f"data/sentences/bench-n{args.n}.txt"], root)  # curate once, not timed
     stage = [sm, "-n", "--cores", "all", "--nolock", "--force", f"results/embeddings/{first}", "--allowed-rules", "embed"]
     out["stage_command_s"] = statistics.median(timed(stage, root)[0] for _ in range(3))  # median of 3
-    if args.repro:
+    if args.repro or args.dvc_repro:
         plain = Path(args.root) / "snakemake"
         project(plain, workflow, args.m, args.n)
-        out["snakemake_all_s"], _ = timed([sm, "--cores", "all", "results/features/qre.h5"], plain)
-        out["dvc_repro_s"], _ = timed([dvc, "repro", "gather"], root)
-        out["dvc_repro_over_snakemake"] = out["dvc_repro_s"] / out["snakemake_all_s"]
-        out["dvc_status_done_s"], log = timed([dvc, "status"], root)
-        out["dvc_status_done_lines"] = len(log.splitlines())
-        out["dvc_repro_noop_s"], _ = timed([dvc, "repro", "gather"], root)
-        params = yaml.safe_load((root / "params.yaml").read_text())
+        out["snakemake_all_s"], _ = timed([sm, "--cores", "all", *smk_target], plain)
+    if args.repro:
+        routes = [("encmap_repro", root, [str(BIN / "encmap"), "repro", *dvc_target])]
+    else:
+        routes = []
+    if args.dvc_repro:
+        other = Path(args.root) / "dvc-repro"
+        if args.repro:
+            project(other, workflow, args.m, args.n)
+            timed([sm, "--cores", "2", f"data/sentences/bench-n{args.n}.txt"], other)
+        routes.append(("dvc_repro", other if args.repro else root, [dvc, "repro", *dvc_target]))
+    for name, where, cmd in routes:
+        out[f"{name}_s"], _ = timed(cmd, where)
+        out[f"{name}_over_snakemake"] = out[f"{name}_s"] / out["snakemake_all_s"]
+        out[f"{name}_dvc_status_done_s"], log = timed([dvc, "status"], where)
+        out[f"{name}_dvc_status_done_lines"] = len(log.splitlines())
+        out[f"{name}_noop_s"], _ = timed(cmd, where)
+        params = yaml.safe_load((where / "params.yaml").read_text())
         params["models"][first]["seed"] += 1000
-        (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
-        out["dvc_repro_one_changed_s"], log = timed([dvc, "repro", "gather"], root)
-        out["stages_run_one_changed"] = log.count("Running stage")
-        out["dvc_exp_run_one_changed_s"], log = timed(
-            [dvc, "exp", "run", "gather", "-S", f"models.{first}.seed={params['models'][first]['seed'] + 1}"], root)
+        (where / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+        out[f"{name}_one_changed_s"], log = timed(cmd, where)
+        out[f"{name}_stages_run_one_changed"] = log.count("Running stage") if name == "dvc_repro" else int(
+            next(x.split()[2] for x in log.splitlines() if x.startswith("encmap repro:") and "recorded" in x))
+        if name == "dvc_repro":
+            out["dvc_exp_run_one_changed_s"], log = timed(
+                [dvc, "exp", "run", *dvc_target, "-S", f"models.{first}.seed={params['models'][first]['seed'] + 1}"],
+                where)
     print(json.dumps(out, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

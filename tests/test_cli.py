@@ -33,7 +33,7 @@ def test_cli_targets_encoders_and_errors(tmp_path, capsys):
 
 def test_cli_deps_checks_dvc_yaml_and_prints_a_stage(capsys):
     assert cli.main(["deps", "--root", str(REPO), "--check"]) == 0
-    assert "every stage lists exactly the code it runs" in capsys.readouterr().out
+    assert "every stage depends on the digest of exactly the code it runs" in capsys.readouterr().out
     assert cli.main(["deps", "--root", str(REPO), "gather"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "gather:" and "  - src/encmap/pipeline/gather.py" in out and "  - rules/gather.smk" in out

@@ -1,4 +1,5 @@
-"""DVC stages sent through a real single-node SLURM by the repo's profile (DESIGN.md §4).
+"""DVC stages sent through a real single-node SLURM by the repo's profile (DESIGN.md §4):
+`encmap repro` (one Snakemake call per batch) for the whole run, `dvc repro` for a change.
 
 Needs Debian's slurm-wlm and munge and root (`.ci/run` installs them and sets
 ENCMAP_REQUIRE_SLURM=1, so there a missing cluster fails instead of skipping).
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.project import env, make_project, run, tiny_params, tree_hashes, write_user_file
+from support.project import env, make_project, ran, run, tiny_params, tree_hashes, write_user_file
 from support.slurm_cluster import Cluster, missing
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
@@ -53,7 +54,7 @@ def without_timings(root: Path) -> tuple[dict, dict]:
 
 
 def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Path:
-    """`dvc repro` of a fresh project in tmp_path/slurm, every stage through the test cluster."""
+    """`encmap repro` of a fresh project in tmp_path/slurm, every stage through the test cluster."""
     proj = make_project(tmp_path / "slurm", params, git=True)
     # The repo's profile, with resources this one small node can grant and a short first poll.
     prof = yaml.safe_load((proj / "profiles/slurm/config.yaml").read_text())
@@ -71,12 +72,12 @@ def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Pat
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
-    run("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", proj)
+    run("SNAKEMAKE_PROFILE=profiles/slurm-test encmap repro", proj)
     return proj
 
 
 @pytest.mark.slow(minutes=8)
-def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, monkeypatch):
+def test_encmap_repro_through_slurm_matches_dvc_repro_locally(tmp_path, tiny_bert, cluster, monkeypatch):
     params = small_params(tmp_path, tiny_bert)
     local = make_project(tmp_path / "local", params, git=True)
     # The local reference runs beside the SLURM one, whose DVC stages mostly wait on status polls.
@@ -98,14 +99,25 @@ def test_dvc_repro_through_slurm_matches_local(tmp_path, tiny_bert, cluster, mon
 
     jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
     assert {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
-    # The plugin tags each sbatch job with its rule or group: one embed per model; pip and
-    # features of each model's encoders in one group job per DVC stage (3 models x 2 stages:
-    # 6 submissions for the 5 encoders' 10 jobs; tiny-st's 3 pip jobs went as one).
+    # The plugin tags each sbatch job with its rule or group: one embed per model; the pip and
+    # features jobs of all 5 encoders in one group job (the profile's `encoders` group, up to 64
+    # encoders per job): encmap repro sent every stage after curate in one Snakemake call. (dvc
+    # repro, one call per stage, sent 6 group jobs: one per model and stage.)
     rules = Counter(re.match(r"rule_([a-z_]+?)(?:_wildcards_|$)", j.get("Comment", "")).group(1) for j in jobs)
-    assert rules == {"curate": 1, "embed": 3, "encoders_pip": 3, "encoders_features": 3, "gather": 1, "pairwise": 1,
-                     "cka_rbf": 1, "stitch": 1, "agreement": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, rules
+    assert rules == {"curate": 1, "embed": 3, "encoders_features_pip": 1, "gather": 1, "pairwise": 1, "cka_rbf": 1,
+                     "stitch": 1, "agreement": 1, "map": 1, "tasks": 1, "evaluate": 3, "regress": 1}, rules
     # Only the transformer's embed and evaluate jobs and the stitch job (MLPs) asked for a GPU
     # (resources: gpu=1 -> sbatch --gpus=1).
     gpu = sorted(j["Comment"] for j in jobs if "gpu:1" in j.get("TresPerJob", "") + j.get("TresPerNode", ""))
     assert [g.split("_wildcards")[0] for g in gpu] == ["rule_embed", "rule_evaluate", "rule_stitch"], gpu
     assert "tiny-st" in gpu[0] and "tiny-st" in gpu[1], gpu
+
+    # `dvc repro` sends its stage commands through the same profile: a map param, one sbatch job.
+    before = {j["JobId"] for j in cluster.jobs()}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.2}},
+                                                     sort_keys=False))
+    out = run("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", proj).stdout
+    assert ran(out) == {"map"}, out
+    jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
+    assert [(j["JobState"], j["Comment"]) for j in jobs] == [("COMPLETED", "rule_map")], jobs
+    assert "up to date" in run("dvc status", proj).stdout

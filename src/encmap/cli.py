@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from .validation import EncmapError
 
@@ -26,12 +27,21 @@ def main(argv: list[str] | None = None) -> int:
     pr = sub.add_parser("prune", help="remove a model's per-encoder files that params no longer make (DVC stages run it)")
     pr.add_argument("stage", choices=sorted(LAYOUT))
     pr.add_argument("model")
-    d = sub.add_parser("deps", help="the code each DVC stage runs (what dvc.yaml must list as its deps)")
+    d = sub.add_parser("deps", help="the code each DVC stage runs (its code digest, results/code/<stage>.sha256)")
     d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
     d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
     mode = d.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="exit 1 naming each code dep dvc.yaml misses or lists extra")
+    mode.add_argument("--check", action="store_true", help="exit 1 naming each way dvc.yaml's code deps are wrong")
     mode.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml (data deps kept)")
+    mode.add_argument("--digest", action="store_true",
+                      help="write every stage's code digest under results/code (the DVC stage 'code' runs it)")
+    rp = sub.add_parser("repro", help="run every stage DVC finds stale in one Snakemake call; record them in dvc.lock",
+                        description="encmap repro [STAGE ...] [-n] [-- SNAKEMAKE ARGS]: what `dvc repro` does, "
+                                    "with one Snakemake process instead of one per stage")
+    rp.add_argument("targets", nargs="*", help="stages to bring up to date with their upstream (default: all)")
+    rp.add_argument("-n", "--dry-run", action="store_true", help="list the stale stages, run nothing")
+    sub.add_parser("params-slices", help="write each stage's params slice under results/params (the DVC stage "
+                                         "'params' runs it)")
     s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
     s.add_argument("path")
     p = sub.add_parser("place", help="place a new encoder on the run's map (no refit) and list its neighbours")
@@ -81,8 +91,14 @@ def main(argv: list[str] | None = None) -> int:
     mt.add_argument("--models", required=True, help="CSV encoder,mteb_model: which map encoder each MTEB model is")
     mt.add_argument("--split", default="test", help="split whose main scores are read (default: %(default)s)")
     mt.add_argument("--out", help="write the table here (default: print it)")
-    args = ap.parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    passed = argv[argv.index("--") + 1:] if "--" in argv else []  # `encmap repro ... -- <snakemake args>`
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
+        if args.cmd == "repro":
+            from .repro import repro
+
+            return repro(Path(args.params).resolve().parent, args.targets, passed, args.dry_run)
         if args.cmd == "zoo":
             return _zoo(args)
         if args.cmd == "mteb-scores":
@@ -123,6 +139,13 @@ def main(argv: list[str] | None = None) -> int:
                 f.unlink()
                 print(f"removed {f} (no encoder of params makes it)")
             return 0
+        if args.cmd == "params-slices":
+            from .deps import write_slices
+
+            changed = write_slices(Path(args.params).resolve().parent, params)
+            print(f"params slices: {len(changed)} changed" + (f" ({', '.join(changed[:10])}"
+                  + (", ..." if len(changed) > 10 else "") + ")" if changed else ""))
+            return 0
         if args.cmd == "check":
             print(f"{args.params}: valid, {len(expand_encoders(params['models']))} encoders")
         elif args.cmd == "encoders":
@@ -137,20 +160,24 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _deps(args) -> int:
-    from .deps import check_dvc_yaml, dvc_stages, stage_code, write_dvc_yaml
+    from .deps import BOOKKEEPING, check_dvc_yaml, dvc_stages, stage_code, write_digests, write_dvc_yaml
 
     if args.check:
         problems = check_dvc_yaml(args.root)
         for line in problems:
             print(line)
-        print(f"dvc.yaml: {len(problems)} code deps differ from what the stages run" if problems
-              else "dvc.yaml: every stage lists exactly the code it runs")
+        print(f"dvc.yaml: {len(problems)} problems with the code deps" if problems
+              else "dvc.yaml: every stage depends on the digest of exactly the code it runs")
         return 1 if problems else 0
+    if args.digest:
+        changed = write_digests(args.root)
+        print(f"code digests: {len(changed)} changed" + (f" ({', '.join(changed)})" if changed else ""))
+        return 0
     if args.write:
         changed = write_dvc_yaml(args.root)
         print("dvc.yaml: code deps rewritten" if changed else "dvc.yaml: already exact")
         return 0
-    for stage in args.stages or list(dvc_stages(args.root)):
+    for stage in args.stages or [s for s in dvc_stages(args.root) if s not in BOOKKEEPING]:
         print(f"{stage}:")
         print("".join(f"  - {f}\n" for f in stage_code(args.root, stage)), end="")
     return 0

@@ -29,11 +29,18 @@ from contextlib import closing
 from pathlib import Path
 from typing import Iterable
 
+from .deps import DIGESTS, SLICES
 from .io import file_sha256
+
+#: Set by ``encmap repro`` for the Snakemake calls it makes: DVC records what they write.
+UNDER_DVC = "ENCMAP_UNDER_DVC"
 
 LEDGER = ".snakemake/encmap/ledger.sqlite"
 #: Where the pipeline's artifacts live (relative to the workflow root).
 TRACKED = ("data", "results")
+#: Not Snakemake's: the code digests and params slices, written by DVC's bookkeeping stages alone
+#: (``encmap.deps``).
+NOT_TRACKED = (DIGESTS, SLICES)
 
 
 def _files(root: Path) -> dict[str, os.stat_result]:
@@ -41,7 +48,8 @@ def _files(root: Path) -> dict[str, os.stat_result]:
     out = {}
     for top in TRACKED:
         for dirpath, dirnames, filenames in os.walk(root / top):
-            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")
+                           and str((Path(dirpath) / d).relative_to(root)) not in NOT_TRACKED]
             for name in filenames:
                 if name.startswith("."):  # temporary files, Snakemake's timestamps, DVC's .gitignore
                     continue
@@ -149,8 +157,11 @@ def _flag(argv: list[str], long: tuple[str, ...], short: str) -> bool:
 
 
 def active(workflow) -> bool:
-    """Whether the ledger applies: Snakemake's main process, not under DVC (which hashes itself)."""
-    return not os.environ.get("DVC_STAGE") and workflow.is_main_process
+    """Whether the ledger applies: Snakemake's main process, not under DVC (which hashes itself).
+
+    Under DVC: a stage's command (``dvc repro`` sets ``DVC_STAGE``) or ``encmap repro``'s batch.
+    """
+    return not (os.environ.get("DVC_STAGE") or os.environ.get(UNDER_DVC)) and workflow.is_main_process
 
 
 def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None = None) -> None:

@@ -1,0 +1,174 @@
+"""``encmap repro``: DVC's per-model decision, one Snakemake call per batch, the same dvc.lock.
+
+A params file with 200 generated models gives the same per-model staleness as one with 10 (a
+changed seed, a features param, an edit to the features code); ``encmap repro`` records what
+``dvc repro`` would, byte for byte; a failing model leaves the others recorded.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+import yaml
+from support.project import REPO, make_project, run, tiny_params, tree_hashes, with_param
+
+META = {"family": "control", "architecture": "gaussian", "parameters": 0, "languages": [], "objective": "none",
+        "kind": "control"}
+
+
+def test_a_stage_command_is_read_as_its_targets_rule_and_prune():
+    from encmap.repro import stage_job
+    from encmap.validation import EncmapError
+
+    per_model = {("pip", "bge"): ["results/pip/bge/bge__out.h5", "results/pip/bge/bge__l01-mean.h5"]}
+    job = stage_job("pip@bge", "encmap prune pip bge && snakemake --cores all --nolock --force "
+                    "$(encmap targets pip bge) --allowed-rules pip", per_model)
+    assert (job.rule, job.targets, job.prune) == ("pip", tuple(per_model["pip", "bge"]), ("pip", "bge"))
+    job = stage_job("map", "snakemake --cores all --nolock --force results/map/map.html --allowed-rules map", {})
+    assert (job.rule, job.targets, job.prune) == ("map", ("results/map/map.html",), None)
+    with pytest.raises(EncmapError, match=r"stage mine: its command is no .* \(run `dvc repro mine`\)"):
+        stage_job("mine", "python mine.py", {})
+    with pytest.raises(EncmapError, match=r"stage pip@x: `encmap targets pip x`: no such model"):
+        stage_job("pip@x", "snakemake --cores all --nolock --force $(encmap targets pip x) --allowed-rules pip", {})
+    # The stage commands of dvc.yaml are all of the form encmap repro batches.
+    for name, st in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
+        if name not in ("code", "params"):
+            cmd = (st.get("do") or st)["cmd"].replace("${key}", "bge").replace("${sentences.set}", "s")
+            stage_job(name, cmd, per_model | {("features", "bge"): []})
+
+
+def control_params(m: int, n: int = 80) -> dict:
+    """The default params with m seeded Gaussian control models (widths 16-48) over n sentences."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["sentences"] |= {"set": f"ctl-n{n}", "n": n}
+    params["models"] = {f"ctl-{i:04d}": {"backend": "control", "method": "gaussian", "dim": 16 + 16 * (i % 3),
+                                         "rank": None, "seed": i, "dims": [], "renormalize_truncated": True,
+                                         "meta": META} for i in range(m)}
+    params["map"] |= {"perplexity": 3, "neighbours": 5, "trustworthiness_k": 2}
+    params["similarity"]["subset"]["encoders"] = []
+    return params
+
+
+def per_model(stages) -> dict[str, list[str]]:
+    """Stage kinds by model id (``embed@ctl-0003`` -> ``ctl-0003: [embed]``); model-less stages under ``-``."""
+    out: dict[str, list[str]] = defaultdict(list)
+    for s in stages:
+        kind, _, model = s.partition("@")
+        out[model or "-"].append(kind)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+def status(proj: Path) -> dict[str, list[str]]:
+    return per_model(json.loads(run("dvc status --json gather --with-deps", proj).stdout))
+
+
+def dry_run(proj: Path) -> tuple[dict, dict]:
+    """``encmap repro -n gather``: the first batch and what follows, by model."""
+    lines = run("encmap repro -n gather", proj).stdout.splitlines()
+    first = [x.strip() for x in lines if x.startswith("  ") and not x.endswith("(after)")]
+    then = [x.split()[0] for x in lines if x.endswith("(after)")]
+    return per_model(first), per_model(then)
+
+
+def summary(stale: dict[str, list[str]], changed: str) -> dict:
+    """A per-model staleness made independent of m: the changed model's, and the distinct patterns of the others."""
+    others = {tuple(v) for k, v in stale.items() if k not in (changed, "-")}
+    return {"changed": stale.get(changed), "others": sorted(others), "gathering": stale.get("-"),
+            "others_stale": sum(1 for k in stale if k not in (changed, "-"))}
+
+
+def without_timings(root: Path) -> tuple[dict, dict]:
+    hashes = {k: v for k, v in tree_hashes(root, "data", "results").items() if not k.endswith("timing.json")}
+    lock = yaml.safe_load((root / "dvc.lock").read_text())
+    return hashes, lock
+
+
+@pytest.mark.slow(minutes=8)
+def test_per_model_staleness_with_200_models_is_the_same_as_with_10(tmp_path):
+    projects = {m: make_project(tmp_path / f"m{m}", control_params(m), git=True) for m in (10, 200)}
+    # The reference: dvc repro, one Snakemake process per stage, on a copy of the 10-model project.
+    reference = make_project(tmp_path / "dvc", control_params(10), git=True)
+    run("dvc repro gather", reference)
+    for m, proj in projects.items():
+        out = run("encmap repro gather", proj).stdout
+        assert f"encmap repro: {3 * m + 2} stages recorded in dvc.lock" in out, out[-3000:]  # code ran apart
+        assert status(proj) == {}, m
+        dry = run("snakemake -n results/features/qre.h5", proj)
+        assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
+        run("git add -A && git commit -qm results", proj)
+    # Same bytes and the same dvc.lock as dvc repro wrote.
+    assert without_timings(projects[10]) == without_timings(reference)
+
+    changed = "ctl-0003"
+
+    def normalized(stale: dict, m: int) -> dict:
+        s = summary(stale, changed)
+        return s | {"others_stale": {0: "none", m - 1: "all"}.get(s["others_stale"], s["others_stale"])}
+
+    for what, key, value, expect in (
+        ("a model's seed", f"models.{changed}.seed", 99,
+         {"changed": ["embed"], "others": [], "gathering": None, "others_stale": "none"}),
+        ("a features param", "qre.eps", 0.001,
+         {"changed": ["features"], "others": [("features",)], "gathering": None, "others_stale": "all"}),
+    ):
+        seen = {}
+        for m, proj in projects.items():
+            params = yaml.safe_load((proj / "params.yaml").read_text())
+            (proj / "params.yaml").write_text(yaml.safe_dump(with_param(params, key, value), sort_keys=False))
+            # DVC sees params.yaml change in its params stage; once that has written the slices,
+            # in the stages that read the changed values.
+            assert status(proj) == {"-": ["params"]}, (what, m)
+            first, then = dry_run(proj)
+            run("dvc repro params", proj)
+            seen[m] = (normalized(status(proj), m), normalized(first, m), normalized(then, m))
+        assert seen[10] == seen[200], (what, seen)
+        assert seen[10][0] == seen[10][1] == expect, (what, seen[10])
+        assert seen[10][2]["gathering"] == ["gather"], (what, seen[10])
+        if what == "a model's seed":  # run it: only that model's artifacts and the matrix change
+            for m, proj in projects.items():
+                before = tree_hashes(proj, "data", "results")
+                out = run("encmap repro gather", proj).stdout
+                assert "encmap repro: 4 stages recorded in dvc.lock" in out, out[-3000:]
+                diff = {k for k, v in tree_hashes(proj, "data", "results").items() if before.get(k) != v}
+                assert diff and all(changed in k or k.startswith("results/features/") for k in diff), diff
+                assert {k for k in diff if changed not in k} <= {"results/features/qre.h5",
+                                                                  "results/features/metrics.json"}, diff
+                assert status(proj) == {}
+        for proj in projects.values():  # back to the commit (encmap repro staged dvc.lock: core.autostage)
+            run("git reset -q --hard && dvc checkout -q gather --with-deps", proj)
+
+    # Code: the edit shows in DVC's code stage; its digests make exactly the features stages stale.
+    for m, proj in projects.items():
+        f = proj / "src/encmap/qre/features.py"
+        f.write_text(f.read_text() + "# an edited comment\n")
+        assert status(proj) == {"-": ["code"]}, m
+        first, then = dry_run(proj)
+        assert summary(first, changed) == {"changed": ["features"], "others": [("features",)], "gathering": None,
+                                           "others_stale": m - 1}, m
+        assert then == {"-": ["gather"]}, m
+        run("git checkout -q -- .", proj)
+
+
+@pytest.mark.slow(minutes=3)
+def test_a_failing_model_leaves_the_others_recorded(tmp_path, tiny_bert, user_file):
+    params = control_params(4)
+    params["map"] |= {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}  # 5 encoders
+    broken = shutil.copytree(tiny_bert, tmp_path / "truncated")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    tiny = tiny_params(tiny_bert, user_file)["models"]["tiny-rand"]
+    params["models"]["truncated"] = dict(tiny, source=f"path:{broken}", init="pretrained")
+    proj = make_project(tmp_path / "proj", params, git=True)
+    r = run("encmap repro gather -- --keep-going", proj, check=False)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "model 'truncated': embed failed" in out, out[-4000:]
+    left = re.search(r"not run or not recorded: (.*)", out).group(1)
+    assert set(left.split(", ")) == {"embed@truncated", "pip@truncated", "features@truncated", "gather"}, left
+    # The good models' stages are in dvc.lock: DVC finds only the broken model and the matrix stale.
+    assert set(json.loads(run("dvc status --json gather --with-deps", proj).stdout)) == {
+        "embed@truncated", "pip@truncated", "features@truncated", "gather"}
