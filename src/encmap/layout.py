@@ -47,12 +47,15 @@ def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None =
             for e, v in sorted(expand_encoders(models).items()) if v.model in keep]
 
 
-def stale_files(models: dict[str, dict], stage: str, model: str, root: str | Path = ".") -> list[Path]:
+def stale_files(models: dict[str, dict], stage: str, model: str, root: str | Path = ".",
+                paths: list[str] | None = None) -> list[Path]:
     """Per-encoder files of ``stage`` in ``model``'s directory that no encoder of params makes.
 
     What a dropped variant (a layer, a truncation taken out of params) leaves behind in a
     directory that Snakemake fills one file per encoder and DVC keeps between runs (persist).
+    ``paths``: the model's artifact paths of ``stage`` when the caller has them already (encmap
+    repro prunes thousands of models from one expansion of the encoders).
     """
-    keep = {Path(p).name for p in artifact_paths(models, stage, [model])}
+    keep = {Path(p).name for p in (artifact_paths(models, stage, [model]) if paths is None else paths)}
     folder = Path(root) / Path(LAYOUT[stage].format(model=model, encoder="x")).parent
     return sorted(f for f in folder.glob("*.h5") if f.name not in keep) if folder.is_dir() else []

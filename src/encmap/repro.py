@@ -173,19 +173,19 @@ def _bookkeep(root: Path, stage: str, params: dict, out: Path | None = None) -> 
     return set(write_slices(root, params, out))
 
 
-def _run(root: Path, stages: list, params: dict, snakemake_args: list[str], log,
-         also: list = ()) -> tuple[list, list, int]:
+def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
+         snakemake_args: list[str], log, also: list = ()) -> tuple[list, list, int]:
     """One Snakemake call for ``stages``; record the completed ones (and ``also``) in dvc.lock.
 
-    Returns the completed stages, those whose outputs changed, and Snakemake's exit status.
+    ``per_model``: :func:`_per_model_targets` of the params. Returns the completed stages, those
+    whose outputs changed, and Snakemake's exit status.
     """
     from .layout import stale_files
 
-    per_model = _per_model_targets(params["models"])
     jobs = [stage_job(s.addressing, s.cmd, per_model) for s in stages]
     for j in jobs:
         if j.prune is not None:
-            for f in stale_files(params["models"], j.prune[0], j.prune[1], root):
+            for f in stale_files(params["models"], j.prune[0], j.prune[1], root, paths=per_model[j.prune]):
                 f.unlink()
                 log(f"removed {f} (no encoder of params makes it)")
     argv = [t for j in jobs for t in j.targets] + [
@@ -273,6 +273,7 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
                     log(f"  {s.addressing}" + ("" if s in first else "  (after)"))
                 return 0
             args = list(snakemake_args or [])
+            per_model = _per_model_targets(params["models"])  # the encoders expanded once per run
             stale, done, tried, rc = set(pl.stale), [], set(), 0
             while stale and rc == 0:
                 # Run the frontier alone when what follows depends on whether its outputs change;
@@ -280,7 +281,7 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
                 front = pl.frontier(stale)
                 batch = stale if pl.downstream(front) <= stale else front
                 tried |= batch
-                got, changed, rc = _run(root, pl.ordered(batch), params, args, log, also=ran)
+                got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log, also=ran)
                 ran, done = [], done + got
                 names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
                 log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}"
