@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, DIGESTS, write_digests, write_slices
@@ -95,6 +95,7 @@ class Plan:
     scope: set
     stale: set
     order: list  # the scope in the order dvc repro runs it (post-order, upstream first)
+    bookkeeping: set = field(default_factory=set)  # stale bookkeeping stages (rerun before the plan)
 
     def downstream(self, stages) -> set:
         """Stages of the scope downstream of ``stages`` (bookkeeping and frozen ones left out)."""
@@ -117,12 +118,12 @@ class Plan:
 
 
 def plan(repo, targets: list[str] | None = None, would_change: set[str] | None = None) -> Plan:
-    """Read DVC's decision: the stale stages (:class:`Plan`).
+    """Read DVC's decision: the stale stages (:class:`Plan`), from one ``dvc status``.
 
     ``targets``: stage names as ``dvc repro`` takes them (a ``foreach`` group or ``name@key``);
     only they and their upstream stages are considered. DVC's bookkeeping stages (``code``,
-    ``params``) are left out: they are brought up to date before (:func:`repro`), or, for a dry
-    run, ``would_change`` names the digests and slices they would rewrite.
+    ``params``) are rerun before (:func:`repro`: their outputs already current) and listed apart,
+    to be recorded; for a dry run, ``would_change`` names the digests and slices they would rewrite.
     """
     import networkx as nx
 
@@ -132,11 +133,12 @@ def plan(repo, targets: list[str] | None = None, would_change: set[str] | None =
     if targets:
         chosen = {s for t in targets for s in repo.stage.collect(t)}
         scope = chosen | {d for s in chosen for d in nx.descendants(graph, s)}
-    stale = {by_name[name] for name in repo.status(targets=targets or None, with_deps=bool(targets))}
+    stale = {by_name[name] for name in repo.status(targets=targets or None, with_deps=bool(targets))} & scope
     if would_change:
-        stale |= {s for s in graph.nodes if any(str(d.def_path) in would_change for d in s.deps)}
-    return Plan(graph, scope, {s for s in stale & scope if s.addressing not in BOOKKEEPING and not s.frozen},
-                list(nx.dfs_postorder_nodes(graph.subgraph(scope))))
+        stale |= {s for s in scope if any(str(d.def_path) in would_change for d in s.deps)}
+    return Plan(graph, scope, {s for s in stale if s.addressing not in BOOKKEEPING and not s.frozen},
+                list(nx.dfs_postorder_nodes(graph.subgraph(scope))),
+                {s for s in stale if s.addressing in BOOKKEEPING})
 
 
 def _rewritten(path: Path, since: float) -> bool:
@@ -151,18 +153,44 @@ def _hashes(stage) -> list:
     return [(str(o), o.hash_info.value if o.hash_info else None) for o in stage.outs]
 
 
-def _record(stages: list) -> list:
-    """Record ``stages`` in dvc.lock as ``dvc commit -f`` would (outputs cached, the lock written
-    once per file); the stages whose outputs changed."""
+def _save(stages: list) -> list:
+    """Hash and cache ``stages``' outputs as ``dvc commit -f`` would (the files stay as Snakemake
+    wrote them, times too); the stages whose outputs changed. :func:`_write_locks` records them."""
     before = {s: _hashes(s) for s in stages}
-    by_file = defaultdict(list)
     for s in stages:
         s.save()
-        s.commit(relink=False)  # the files stay as Snakemake wrote them, times too
-        by_file[s.dvcfile.path].append(s)
-    for group in by_file.values():
-        group[0].dvcfile.dump_stages(group, update_pipeline=False)
+        s.commit(relink=False)
     return [s for s in stages if _hashes(s) != before[s]]
+
+
+def _write_locks(repo, stages: list, log) -> None:
+    """Record saved ``stages`` in their ``dvc.lock``, one atomic write per file, as DVC's
+    ``Lockfile.dump_stages`` writes it (same serialisation, same YAML dumper: same bytes).
+
+    DVC re-reads the lock with ruamel's round-trip parser to keep comments, pure Python and
+    ~9 s for the 2.5 MB lock of 1,101 models; a lock holds none, so the C parser reads it here.
+    """
+    from dvc.stage.serialize import to_lockfile
+    from dvc.utils.serialize import dumps_yaml, parse_yaml
+
+    from .io import atomic_write_text
+
+    by_lock = defaultdict(list)
+    for s in stages:
+        by_lock[s.dvcfile._lockfile.path].append(s)
+    for path, group in by_lock.items():
+        lock = group[0].dvcfile._lockfile
+        data = parse_yaml(Path(path).read_text(encoding="utf-8"), path) if Path(path).exists() else {}
+        if not data:
+            data["schema"] = "2.0"
+        data["stages"] = data.get("stages", {})
+        new = {k: v for s in group for k, v in to_lockfile(s).items()}
+        if all(data["stages"].get(k) == v for k, v in new.items()):
+            continue
+        data["stages"].update(new)
+        atomic_write_text(path, dumps_yaml(data))
+        repo.scm_context.track_file(lock.relpath)
+        log(f"Updating lock file '{lock.relpath}'")
 
 
 def _bookkeep(root: Path, stage: str, params: dict, out: Path | None = None) -> set[str]:
@@ -174,8 +202,8 @@ def _bookkeep(root: Path, stage: str, params: dict, out: Path | None = None) -> 
 
 
 def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
-         snakemake_args: list[str], log, also: list = ()) -> tuple[list, list, int]:
-    """One Snakemake call for ``stages``; record the completed ones (and ``also``) in dvc.lock.
+         snakemake_args: list[str], log) -> tuple[list, list, int]:
+    """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
     ``per_model``: :func:`_per_model_targets` of the params. Returns the completed stages, those
     whose outputs changed, and Snakemake's exit status.
@@ -204,8 +232,7 @@ def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str]
     finally:
         os.unlink(f.name)
     done = [s for s, j in zip(stages, jobs) if rc == 0 or all(_rewritten(root / t, started) for t in j.targets)]
-    changed = _record(list(also) + done)
-    return done, [s for s in changed if s in done], rc
+    return done, _save(done), rc
 
 
 def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_args: list[str] | None = None,
@@ -250,19 +277,18 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
         with lock_repo(repo), repo.scm_context():
             t0 = time.perf_counter()
             params = load_params(root / "params.yaml")  # validated: a refused value stops here
+            # The digests and slices decide which stages a change touches: written first (only
+            # the files whose text changed), then one `dvc status` sees their effect.
             would_change: set[str] = set()
-            ran = []  # bookkeeping stages rerun in-process, recorded with the first batch
-            for name in BOOKKEEPING:  # the digests and slices decide which stages a change touches
-                if repo.status(targets=[name]):
-                    if dry_run:
-                        with tempfile.TemporaryDirectory() as tmp:
-                            written = _bookkeep(root, name, params, Path(tmp))
-                            would_change |= {r for r in written if not (root / r).is_file()
-                                             or (root / r).read_bytes() != (Path(tmp) / r).read_bytes()}
-                    else:
-                        _bookkeep(root, name, params)
-                        ran += [s for s in repo.stage.collect(name)]
-                        log(f"encmap repro: stage {name} rerun")
+            if dry_run:
+                with tempfile.TemporaryDirectory() as tmp:
+                    for name in BOOKKEEPING:
+                        written = _bookkeep(root, name, params, Path(tmp))
+                        would_change |= {r for r in written if not (root / r).is_file()
+                                         or (root / r).read_bytes() != (Path(tmp) / r).read_bytes()}
+            else:
+                for name in BOOKKEEPING:
+                    _bookkeep(root, name, params)
             pl = plan(repo, targets, would_change)
             first = pl.frontier(pl.stale)
             after = (pl.stale - first) | pl.downstream(pl.stale)
@@ -272,23 +298,28 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
                 for s in pl.ordered(first | after):
                     log(f"  {s.addressing}" + ("" if s in first else "  (after)"))
                 return 0
+            for s in pl.ordered(pl.bookkeeping):
+                log(f"encmap repro: stage {s.addressing} rerun")
+            saved = pl.ordered(pl.bookkeeping)
+            _save(saved)
             args = list(snakemake_args or [])
             per_model = _per_model_targets(params["models"])  # the encoders expanded once per run
             stale, done, tried, rc = set(pl.stale), [], set(), 0
-            while stale and rc == 0:
-                # Run the frontier alone when what follows depends on whether its outputs change;
-                # when everything below it is stale already, run all that is stale in one call.
-                front = pl.frontier(stale)
-                batch = stale if pl.downstream(front) <= stale else front
-                tried |= batch
-                got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log, also=ran)
-                ran, done = [], done + got
-                names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
-                log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}"
-                    f"{', ...' if len(got) > 12 else ''}); {len(changed)} changed their outputs")
-                stale = ((stale - batch) | pl.downstream(changed)) - set(done)
-            if ran:  # the code or params changed, no stage's digest or slice did
-                _record(ran)
+            try:
+                while stale and rc == 0:
+                    # Run the frontier alone when what follows depends on whether its outputs change;
+                    # when everything below it is stale already, run all that is stale in one call.
+                    front = pl.frontier(stale)
+                    batch = stale if pl.downstream(front) <= stale else front
+                    tried |= batch
+                    got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log)
+                    done += got
+                    names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
+                    log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}"
+                        f"{', ...' if len(got) > 12 else ''}); {len(changed)} changed their outputs")
+                    stale = ((stale - batch) | pl.downstream(changed)) - set(done)
+            finally:  # what completed is recorded, also when interrupted
+                _write_locks(repo, saved + done, log)
             log(f"encmap repro: {len(done)} stages recorded in dvc.lock")
             if rc != 0:
                 left = [s.addressing for s in pl.ordered((tried | stale) - set(done))]
