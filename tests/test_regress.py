@@ -100,6 +100,42 @@ def test_a_value_missing_only_in_the_held_out_model_is_imputed():
     assert r["folds"] == 4 and np.isfinite(r["mae"])
 
 
+def test_a_family_only_target_leaks_across_models_not_across_families():
+    """12 models in 4 families of 3, 2 variants each; the features carry a per-family offset and
+    a score that depends only on the family is predictable while a held-out model's family-mates
+    train the regressor (grouped by model), not when the whole family is held out (``family``),
+    whose folds are whole families; the mean baseline on them is the other families' mean."""
+    rng = np.random.default_rng(5)
+    models = np.repeat([f"m{i}" for i in range(12)], 2)
+    fams = np.array([f"f{int(m[1:]) // 3}" for m in models])
+    fam_index = np.array([int(f[1:]) for f in fams])
+    F = 3 * rng.standard_normal((4, 200))[fam_index] + 0.1 * rng.standard_normal((24, 200))
+    y = rng.standard_normal(4)[fam_index] + 0.01 * rng.standard_normal(24)
+    rows, preds = regression_table(F, y[:, None], ["fam"], models, records(24, models), PARAMS, 0, families=fams)
+    by_model = table(rows, protocol="grouped", features="qre", regressor="ridge")[0]
+    by_family = table(rows, protocol="family", features="qre", regressor="ridge")[0]
+    assert by_model["spearman"] > 0.9 and by_family["spearman"] < 0.5, (by_model, by_family)
+    assert by_family["folds"] == 4 and by_model["folds"] == 12
+    splits = outer_splits(fams, "family", PARAMS, 0)
+    assert all(set(fams[test]).isdisjoint(fams[train]) and len(set(fams[test])) == 1 for train, test in splits)
+    got = np.array([p["predicted"] for p in preds if p["protocol"] == "family" and p["features"] == "mean"])
+    expect = np.array([y[fams != fams[i]].mean() for i in range(24)])
+    np.testing.assert_allclose(got, expect, rtol=1e-12)
+
+
+def test_the_family_protocol_needs_three_families():
+    rng = np.random.default_rng(6)
+    models = np.repeat(["a", "b", "c", "d"], 3)
+    F, y = rng.standard_normal((12, 20)), rng.standard_normal((12, 1))
+    for fams, expect in ((["x", "x", "y", "y"], set()), (["x", "y", "z", "z"], {"family"}), (None, set())):
+        f = None if fams is None else np.repeat(fams, 3)
+        rows, _ = regression_table(F, y, ["t"], models, records(12, models), PARAMS | {"inner_folds": 2}, 0,
+                                   families=f)
+        assert {r["protocol"] for r in rows} - {"grouped", "random"} == expect, fams
+    with pytest.raises(EncmapError, match="family cross-validation needs at least 3 groups .families., got 2"):
+        outer_splits(np.array(["x", "x", "y", "y"]), "family", PARAMS, 0)
+
+
 def test_fewer_than_three_groups_is_an_error():
     with pytest.raises(EncmapError, match="at least 3 groups .* got 2"):
         outer_splits(np.array(["a", "a", "b", "b"]), "grouped", PARAMS, 0)
@@ -159,7 +195,9 @@ def test_regress_step_and_bad_score_tables(tmp_path):
     metrics = json.loads(Path(out["metrics"]).read_text())
     assert metrics["tasks"] == 3 and metrics["models"] == 4 and set(metrics["qre"]) == {"elasticnet", "ridge"}
     lines = Path(out["table"]).read_text().splitlines()
-    assert len(lines) == 1 + 3 * 2 * 8  # tasks x protocols x (2 qre + 2 random + 3 one-column + mean)
+    # tasks x protocols x (2 qre + 2 random + 3 one-column + mean); no meta.family: each model its own family
+    assert len(lines) == 1 + 3 * 3 * 8
+    assert set(metrics["qre"]["ridge"]) == {"grouped", "family", "random"}
     fm = read_feature_matrix(features)
     pred = predict_scores(out["regressors"], fm["F"][:2], fm["attrs"])
     assert set(pred) == {"lee", "polarity", "mine"} and pred["lee"]["ridge"].shape == (2,)
@@ -177,8 +215,9 @@ def test_cli_regress(tmp_path, capsys):
     params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "task,protocol,features,regressor,n,folds,spearman,pearson,mae" and len(out) == 1 + 2 * 8
+    assert out[0] == "task,protocol,features,regressor,n,folds,spearman,pearson,mae" and len(out) == 1 + 3 * 8
     assert out[1].startswith("t,grouped,qre,elasticnet,12,4,")  # 4 models: leave-one-model-out
+    assert out[9].startswith("t,family,qre,elasticnet,12,4,")  # no meta.family: each model its own family
     groups = tmp_path / "g.csv"
     groups.write_text("encoder,group\n" + "".join(f"e{i},{i % 2}\n" for i in range(12)))
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores),

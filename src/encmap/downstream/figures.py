@@ -8,6 +8,7 @@ from typing import Sequence
 import numpy as np
 
 from ..io import save_figure
+from .regression import PROTOCOLS
 
 
 def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, svg: str | Path,
@@ -26,10 +27,11 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
 
     plt.rcParams["svg.hashsalt"] = "encmap"
     plt.rcParams["text.parse_math"] = False  # data are text, never mathtext
-    protocols = ("grouped", "random")
+    protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]  # family: where there are 3
     regressors = sorted({r["regressor"] for r in rows if r["features"] == features})
     colours = dict(zip(regressors, ("tab:blue", "tab:orange", "tab:green")))
-    fig, axes = plt.subplots(len(tasks), 2, figsize=(7.0, 2.6 * len(tasks)), squeeze=False)
+    fig, axes = plt.subplots(len(tasks), len(protocols), figsize=(3.5 * len(protocols), 2.6 * len(tasks)),
+                             squeeze=False)
     for i, task in enumerate(tasks):
         for j, prot in enumerate(protocols):
             ax = axes[i, j]
@@ -49,4 +51,9 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
             ax.tick_params(labelsize=7)
             if sel:
                 ax.legend(fontsize=6, loc="best")
+            else:  # a task scored on encoders of fewer than 3 families
+                ax.text(0.5, 0.5, f"no {prot} CV:\nfewer than 3 groups", ha="center", va="center",
+                        transform=ax.transAxes, fontsize=8, color="grey")
+                ax.set_xticks([])
+                ax.set_yticks([])
     save_figure(fig, png, svg)

@@ -6,8 +6,11 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> Ridge, α by inner CV;
 - outer CV **grouped by model** (``grouped``): no variant of one model is both trained on and
   predicted, leave-one-model-out up to ``max_loo_groups`` models, GroupKFold beyond; the inner
-  CV is grouped too. Plain shuffled K-fold (``random``) beside it: its gap to ``grouped`` is
-  how much a variant's siblings leak its score;
+  CV is grouped too. Outer CV **grouped by family** (``family``: a whole family held out, e.g.
+  every MiniLM, the inner CV grouped by family too): how well the features carry to a kind of
+  model the regressor has never seen; left out of a task with fewer than 3 families. Plain
+  shuffled K-fold (``random``) beside them: its gap to ``grouped`` is how much a variant's
+  siblings leak its score;
 - baselines on the very same folds: seeded Gaussian features of the features' shape (both
   regressors), the embedding width alone, the layer index alone (plus an "is not a layer"
   indicator), log10(1 + parameter count) alone (one column each: ridge), and the training
@@ -26,7 +29,9 @@ import numpy as np
 from ..validation import EncmapError
 
 REGRESSORS = ("elasticnet", "ridge")
-PROTOCOLS = ("grouped", "random")
+PROTOCOLS = ("grouped", "family", "random")
+#: What the protocols that hold out whole groups group by (the unit a label names).
+GROUPED_BY = {"grouped": "models", "family": "families"}
 #: Feature sets compared: the QRE features, then the baselines.
 FEATURE_SETS = ("qre", "random", "dim", "layer", "parameters", "mean")
 
@@ -54,17 +59,18 @@ def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, in
 def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int) -> list[tuple]:
     """(train, test) index pairs of the outer CV.
 
-    ``grouped``: leave-one-group-out when there are at most ``max_loo_groups`` groups, else
-    GroupKFold(``folds``); ``random``: KFold(``folds``, shuffled with ``random_state``).
+    ``grouped`` and ``family`` (``groups``: each row's model or family): leave-one-group-out
+    when there are at most ``max_loo_groups`` groups, else GroupKFold(``folds``); ``random``:
+    KFold(``folds``, shuffled with ``random_state``).
     """
     from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 
     n_groups = len(np.unique(groups))
     if n_groups < 3:
-        raise EncmapError(f"grouped cross-validation needs at least 3 groups (models), got {n_groups}: "
-                          f"{sorted(map(str, np.unique(groups)))}")
+        raise EncmapError(f"{protocol} cross-validation needs at least 3 groups ({GROUPED_BY.get(protocol, 'models')}), "
+                          f"got {n_groups}: {sorted(map(str, np.unique(groups)))}")
     X = np.zeros((len(groups), 1))
-    if protocol == "grouped":
+    if protocol in GROUPED_BY:
         cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
         return list(cv.split(X, groups=groups))
     if protocol == "random":
@@ -78,7 +84,7 @@ def inner_cv(groups: np.ndarray, protocol: str, params: dict[str, Any], random_s
     from sklearn.model_selection import GroupKFold, KFold
 
     X = np.zeros((len(groups), 1))
-    if protocol == "grouped":
+    if protocol in GROUPED_BY:
         n = len(np.unique(groups))
         if n < 2:
             raise EncmapError("an outer training fold holds a single group: inner grouped CV is impossible")
@@ -187,7 +193,8 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.n
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
                      records: list[dict[str, Any]] | None, params: dict[str, Any], random_state: int,
-                     n_jobs: int | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                     n_jobs: int | None = None, families: list[str] | np.ndarray | None = None
+                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every task x protocol x feature set x regressor: out-of-fold predictions and their quality.
 
     Parameters
@@ -207,6 +214,10 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     n_jobs : int, optional
         Worker processes: the task x protocol x features x regressor units run side by side,
         each on one BLAS thread (:mod:`encmap.parallel`); the result does not depend on it.
+    families : sequence of m labels, optional
+        The family of each encoder (each model in exactly one): the ``family`` protocol holds
+        out whole families. None, or fewer than 3 families among a task's scored encoders: that
+        task has no ``family`` rows.
 
     Returns
     -------
@@ -217,14 +228,19 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     """
     from ..parallel import map_single_threaded
 
-    groups = np.asarray(groups).astype(str)
+    labels = {"grouped": np.asarray(groups).astype(str), "random": np.asarray(groups).astype(str)}
+    if families is not None:
+        labels["family"] = np.asarray(families).astype(str)
     base = baseline_features(records, F.shape, random_state)
     sets = {"qre": F} | base
     keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
-        y, g = Y[have, t], groups[have]
+        y = Y[have, t]
         for protocol in PROTOCOLS:
+            if protocol not in labels or (protocol == "family" and len(np.unique(labels["family"][have])) < 3):
+                continue
+            g = labels[protocol][have]
             splits = outer_splits(g, protocol, params, random_state)
             for fs in (fs for fs in FEATURE_SETS if fs in sets or fs == "mean"):
                 for reg in regressors_for(fs):

@@ -72,9 +72,17 @@ def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: lis
     return np.array([[scores.get(e, {}).get(t, np.nan) for t in tasks] for e in ids], dtype=np.float64)
 
 
+def families_of(records: list[dict[str, Any]] | None) -> list[str] | None:
+    """Each encoder's family (``meta.family``; a model without one is a family of its own)."""
+    if records is None:
+        return None
+    return [str(r["meta"].get("family") or f"model:{r['model']}") for r in records]
+
+
 def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
                    params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
-    """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker processes)."""
+    """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker
+    processes); families from the matrix's encoder records, when it has them."""
     Y = score_matrix(fm["ids"], scores, tasks)
     few = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
     empty = [t for t in few if not t.startswith(PREFIX)]
@@ -85,7 +93,8 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
               + ", ".join(few), file=sys.stderr)
         keep = [j for j, t in enumerate(tasks) if t not in few]
         tasks, Y = [tasks[j] for j in keep], Y[:, keep]
-    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs)
+    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs,
+                                   families=families_of(fm["records"]))
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
