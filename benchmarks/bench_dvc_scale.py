@@ -58,7 +58,10 @@ def project(root: Path, workflow: Path, m: int, n: int) -> str:
     params["map"]["perplexity"] = min(params["map"]["perplexity"], max(1, (m - 1) // 3))
     params["map"]["neighbours"] = min(params["map"]["neighbours"], m - 1)
     params["map"]["trustworthiness_k"] = min(params["map"]["trustworthiness_k"], max(1, (m - 1) // 2))
-    params["similarity"]["subset"]["encoders"] = []
+    # The pair stages (RBF CKA, stitches) compare a fixed subset: all controls would be m^2 stitches,
+    # the maths rather than the bookkeeping this measures.
+    params["similarity"]["subset"] = {"groups": [], "neighbours": 0,
+                                      "encoders": [f"{k}__out" for k in sorted(params["models"])[:4]]}
     (root / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     for cmd in (["git", "init", "-q"], [str(BIN / "dvc"), "init", "-q"], ["git", "add", "-A"],
                 ["git", "-c", "user.name=b", "-c", "user.email=b@b", "commit", "-qm", "bench"]):
