@@ -346,25 +346,29 @@ def stage_digest(root: str | Path, stage: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_digests(root: str | Path, out: str | Path | None = None) -> list[str]:
-    """Write every stage's code digest under ``out`` (default ``root/results/code``); the stages whose changed.
-
-    Each file is replaced atomically and only when its text changes.
-    """
+def _replace_changed(base: Path, want: dict[str, str], dry_run: bool = False) -> list[str]:
+    """Write each ``want`` file (path relative to ``base`` -> text) whose text differs, atomically;
+    the paths that differed (``dry_run``: only listed, nothing written)."""
     from .io import atomic_write_text
 
-    root = Path(root)
-    out = Path(out) if out is not None else root / DIGESTS
-    out.mkdir(parents=True, exist_ok=True)
     changed = []
-    for stage in dvc_stages(root):
-        if stage in BOOKKEEPING:
-            continue
-        f, text = out / f"{stage}.sha256", stage_digest(root, stage)
+    for rel, text in want.items():
+        f = base / rel
         if not f.is_file() or f.read_text(encoding="utf-8") != text:
-            atomic_write_text(f, text)
-            changed.append(stage)
+            changed.append(rel)
+            if not dry_run:
+                f.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(f, text)
     return changed
+
+
+def write_digests(root: str | Path, dry_run: bool = False) -> list[str]:
+    """Write every stage's code digest under ``root/results/code``; the stages whose digest changed.
+
+    Each file is replaced atomically and only when its text changes (``dry_run``: none is).
+    """
+    want = {digest_path(stage): stage_digest(root, stage) for stage in dvc_stages(root) if stage not in BOOKKEEPING}
+    return [Path(rel).stem for rel in _replace_changed(Path(root), want, dry_run)]
 
 
 def per_model(stage: str) -> bool:
@@ -408,26 +412,19 @@ def param_slices(params: dict) -> dict[str, str]:
     return out
 
 
-def write_slices(root: str | Path, params: dict, out: str | Path | None = None) -> list[str]:
-    """Write every params slice under ``out`` (default ``root``); the slices whose text changed.
+def write_slices(root: str | Path, params: dict, dry_run: bool = False) -> list[str]:
+    """Write every params slice under ``root``; the slices whose text changed.
 
     Slices no stage uses any more (a model dropped from params) are removed. Each file is
-    replaced atomically and only when its text changes.
+    replaced atomically and only when its text changes (``dry_run``: nothing is written or removed).
     """
-    from .io import atomic_write_text
-
-    base = Path(out) if out is not None else Path(root)
+    base = Path(root)
     want = param_slices(params)
-    changed = []
-    for rel, text in want.items():
-        f = base / rel
-        if not f.is_file() or f.read_text(encoding="utf-8") != text:
-            f.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(f, text)
-            changed.append(rel)
+    changed = _replace_changed(base, want, dry_run)
     for f in sorted((base / SLICES).rglob("*.json")) if (base / SLICES).is_dir() else []:
         if str(f.relative_to(base)) not in want:
-            f.unlink()
+            if not dry_run:
+                f.unlink()
             changed.append(str(f.relative_to(base)))
     return changed
 

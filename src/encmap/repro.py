@@ -27,7 +27,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .deps import BOOKKEEPING, CODE_STAGE, DIGESTS, write_digests, write_slices
+from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .integrity import UNDER_DVC
 from .validation import EncmapError
 
@@ -193,12 +193,12 @@ def _write_locks(repo, stages: list, log) -> None:
         log(f"Updating lock file '{lock.relpath}'")
 
 
-def _bookkeep(root: Path, stage: str, params: dict, out: Path | None = None) -> set[str]:
+def _bookkeep(root: Path, stage: str, params: dict, dry_run: bool = False) -> set[str]:
     """Run bookkeeping stage ``stage``'s command in-process (``encmap deps --digest`` or ``encmap
-    params-slices``), writing under ``out`` (default: the workspace); the files it changed."""
+    params-slices``); the files it changed (``dry_run``: would change)."""
     if stage == CODE_STAGE:
-        return {f"{DIGESTS}/{s}.sha256" for s in write_digests(root, None if out is None else out / DIGESTS)}
-    return set(write_slices(root, params, out))
+        return {digest_path(s) for s in write_digests(root, dry_run)}
+    return set(write_slices(root, params, dry_run))
 
 
 def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
@@ -280,16 +280,9 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
             # The digests and slices decide which stages a change touches: written first (only
             # the files whose text changed), then one `dvc status` sees their effect.
             would_change: set[str] = set()
-            if dry_run:
-                with tempfile.TemporaryDirectory() as tmp:
-                    for name in BOOKKEEPING:
-                        written = _bookkeep(root, name, params, Path(tmp))
-                        would_change |= {r for r in written if not (root / r).is_file()
-                                         or (root / r).read_bytes() != (Path(tmp) / r).read_bytes()}
-            else:
-                for name in BOOKKEEPING:
-                    _bookkeep(root, name, params)
-            pl = plan(repo, targets, would_change)
+            for name in BOOKKEEPING:
+                would_change |= _bookkeep(root, name, params, dry_run)
+            pl = plan(repo, targets, would_change if dry_run else None)
             first = pl.frontier(pl.stale)
             after = (pl.stale - first) | pl.downstream(pl.stale)
             log(f"encmap repro: {len(first)} stale stages to run first, at most {len(after)} after them "
