@@ -1,9 +1,11 @@
-# The map: t-SNE coordinates, neighbours, figures, the interactive page, faithfulness metrics
+# The map: t-SNE coordinates, neighbours, figures, the interactive page (both layouts, hover scores
+# from the regression), faithfulness metrics
 # (which compare the map with the exact pairwise QRE of rules/pairwise.smk).
 rule map:
     input:
         features="results/features/qre.h5",
         pairwise="results/similarity/qre_pairwise.h5",
+        predictions="results/regression/predictions.csv",  # hover: measured and predicted scores
     output:
         coords="results/map/coords.csv",
         neighbours="results/map/neighbours.csv",

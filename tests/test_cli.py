@@ -19,7 +19,7 @@ def test_cli_targets_encoders_and_errors(tmp_path, capsys):
     assert capsys.readouterr().out.split() == ["results/pip/tfidf-svd/tfidf-svd__d128.h5",
                                                "results/pip/tfidf-svd/tfidf-svd__d512.h5"]
     assert cli.main(["--params", str(params), "targets", "features"]) == 0
-    assert len(capsys.readouterr().out.split()) == 53
+    assert len(capsys.readouterr().out.split()) == 70
     assert cli.main(["--params", str(params), "encoders"]) == 0
     assert "minilm-l6__l06-cls\tminilm-l6\t6\tcls\tNone" in capsys.readouterr().out
     assert cli.main(["--params", str(params), "targets", "pip", "nope"]) == 2

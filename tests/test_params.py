@@ -23,7 +23,7 @@ def test_default_params_valid_and_count_encoders():
     # minilm-l6: `layers: all` with num_layers 6 -> 7 hidden states x 3 poolings, less CLS of the
     # input embeddings (constant), + 4 output variants.
     assert sum(v.model == "minilm-l6" for v in enc.values()) == 7 * 3 - 1 + 4
-    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 53
+    assert all(SAFE_ID.match(e) for e in enc) and len(enc) == 70
     assert not [e for e in enc if e.endswith("__l00-cls")]
 
 
@@ -159,11 +159,11 @@ def test_non_finite_numbers_are_refused_everywhere(tmp_path, path, value):
 @pytest.mark.parametrize("edit,match", [
     # Old: each of these passed `encmap check` and failed minutes later in its stage, after
     # Snakemake had deleted that stage's previous outputs.
-    (lambda p: p["map"].update(neighbours=53), r"key map\.neighbours = 53: .* below the m = 53 encoders"),
-    (lambda p: p["map"].update(trustworthiness_k=27), r"key map\.trustworthiness_k = 27 must be below m/2 = 26\.5"),
+    (lambda p: p["map"].update(neighbours=70), r"key map\.neighbours = 70: .* below the m = 70 encoders"),
+    (lambda p: p["map"].update(trustworthiness_k=35), r"key map\.trustworthiness_k = 35 must be below m/2 = 35\.0"),
     (lambda p: (p["map"].update(metric="exact-qre"), p["qre"].update(eps=0.0)), r"key map\.metric: exact-qre needs qre\.eps > 0"),
     (lambda p: (p["qre"].update(direction="reverse", eps=0.0)), r"key qre\.eps: reverse QRE needs eps > 0"),
-    (lambda p: p["similarity"]["subset"].update(neighbours=60), r"key similarity\.subset\.neighbours = 60"),
+    (lambda p: p["similarity"]["subset"].update(neighbours=70), r"key similarity\.subset\.neighbours = 70"),
     (lambda p: p["sentences"].update(n=5), r"key similarity\.stitch\.sample: n = 5 sentences are too few"),
     (lambda p: p["similarity"]["stitch"].update(knn_k=500), r"key similarity\.stitch\.knn_k = 500 must be below the 400 test"),
     (lambda p: p["sentences"].update(n=3), r"key similarity\.rbf\.sample: CKA needs at least 4 sentences"),

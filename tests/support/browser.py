@@ -81,3 +81,44 @@ def inspect_svg(svg: Path, screenshot: Path) -> dict:
         page.screenshot(path=str(screenshot))
         browser.close()
     return {"size": box, "texts": texts, "images": images, "errors": errors}
+
+
+def inspect_layouts_and_lineage(html: Path, screenshots: tuple[Path, Path], *, hover_index: int) -> dict:
+    """Switch the page's layout and turn on lineage arrows; screenshots of both layouts.
+
+    Returns ``positions`` (marker transforms of the encoder trace) and ``faithfulness`` (side
+    panel text) per layout shown, ``arrows`` (rendered lineage arrows before / after the
+    checkbox), ``hover`` (hover text of point ``hover_index``), ``title`` per layout, ``errors``.
+    """
+    from playwright.sync_api import sync_playwright
+
+    # The encoder trace is the one with the most markers (plotly leaves empty traces out of the DOM).
+    pos = """() => [...document.querySelectorAll('#map .scatterlayer .trace')]
+                   .map(t => [...t.querySelectorAll('path.point')]).sort((a, b) => b.length - a.length)[0]
+                   .map(p => p.getAttribute('transform'))"""
+    arrows = "() => document.querySelectorAll('#map .annotation-arrow-g').length"
+    seen: dict = {"errors": [], "positions": [], "faithfulness": [], "title": [], "arrows": []}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("#map .scatterlayer .trace path.point")
+        seen["arrows"].append(page.evaluate(arrows))
+        page.check("#lineage")
+        page.wait_for_timeout(200)
+        seen["arrows"].append(page.evaluate(arrows))
+        page.select_option("#color-by", "lineage")
+        for k, shot in enumerate(screenshots):
+            page.select_option("#layout", str(k))
+            page.wait_for_timeout(300)
+            seen["positions"].append(page.evaluate(pos))
+            seen["faithfulness"].append(page.inner_text("#faithfulness"))
+            seen["title"].append(page.evaluate("() => document.querySelector('#map .gtitle').textContent"))
+            seen["arrows"].append(page.evaluate(arrows))
+            page.screenshot(path=str(shot))
+        page.evaluate(f"() => Plotly.Fx.hover('map', [{{curveNumber: 1, pointNumber: {hover_index}}}])")
+        page.wait_for_timeout(200)
+        seen["hover"] = page.evaluate("() => document.querySelector('#map .hoverlayer').textContent")
+        browser.close()
+    return seen

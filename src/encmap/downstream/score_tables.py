@@ -140,3 +140,29 @@ def score_table_text(rows: list[dict[str, object]]) -> str:
     from ..io import csv_table
 
     return csv_table(rows, ["encoder", "task", "score"])
+
+
+def held_out_scores(predictions: str | Path, protocol: str = "grouped", features: str = "qre",
+                    regressor: str = "ridge") -> dict[str, list[tuple[str, float, float]]]:
+    """Each encoder's measured and held-out predicted score per task, from the regression's predictions.csv.
+
+    Only the rows of one protocol (default: grouped, i.e. the encoder's model held out), one
+    feature set and one regressor: what the map page shows on hover.
+
+    Returns
+    -------
+    dict
+        encoder id -> [(task, measured, predicted), ...] in the file's task order.
+    """
+    rows = read_table(predictions, ("encoder", "task", "protocol", "features", "regressor", "actual", "predicted"),
+                      "regression predictions")
+    out: dict[str, list[tuple[str, float, float]]] = {}
+    for line, r in rows:
+        if (r["protocol"], r["features"], r["regressor"]) != (protocol, features, regressor):
+            continue
+        try:
+            out.setdefault(r["encoder"], []).append((r["task"], float(r["actual"]), float(r["predicted"])))
+        except ValueError:
+            raise EncmapError(f"regression predictions {predictions}: line {line}: actual / predicted "
+                              f"{r['actual']!r} / {r['predicted']!r} are not numbers") from None
+    return out

@@ -23,13 +23,16 @@ FIELDS = ("model", "family", "architecture", "layer", "pooling", "dimension", "p
 OPTIONAL_FIELDS = ("organisation", "language_scope", "license", "release_year", "instructions")
 #: Fields whose values are numbers (coloured on a scale when they take many values).
 NUMERIC_FIELDS = ("layer", "dimension", "parameters", "release_year")
+#: Fields computed from every record at once: ``lineage`` is each model's lineage root (see :func:`lineage`).
+DERIVED_FIELDS = ("lineage",)
 
 
 def check_fields(fields: Sequence[str], what: str = "map.fields") -> list[str]:
     """Return ``fields`` if every one is a known metadata field, else raise naming the first unknown."""
-    bad = [f for f in fields if f not in FIELDS + OPTIONAL_FIELDS]
+    known = FIELDS + OPTIONAL_FIELDS + DERIVED_FIELDS
+    bad = [f for f in fields if f not in known]
     if bad:
-        raise EncmapError(f"{what}: unknown metadata field {bad[0]!r}; fields are {list(FIELDS + OPTIONAL_FIELDS)}")
+        raise EncmapError(f"{what}: unknown metadata field {bad[0]!r}; fields are {list(known)}")
     if not fields:
         raise EncmapError(f"{what}: name at least one metadata field")
     return list(fields)
@@ -84,3 +87,55 @@ def layer_paths(records: Sequence[dict]) -> list[list[int]]:
         if r["layer"] is not None:
             groups.setdefault((r["model"], r["pooling"]), []).append((int(r["layer"]), i))
     return [[i for _, i in sorted(g)] for _, g in sorted(groups.items()) if len(g) >= 2]
+
+
+def _representative(records: Sequence[dict]) -> dict[str, int]:
+    """Row of each model's own output (no truncation), else its first row: where lineage edges end."""
+    rep: dict[str, int] = {}
+    for i, r in enumerate(records):
+        if r["pooling"] == "output" and r["dim"] is None:
+            rep[r["model"]] = i
+        rep.setdefault(r["model"], i)
+    return rep
+
+
+def lineage(records: Sequence[dict]) -> tuple[list[str], list[tuple[int, int]]]:
+    """Each encoder's lineage root, and the lineage edges between models on the map.
+
+    A model's ``meta.derived_from.model`` names its parent: a model id of this map, or a hub id
+    or name off the map. The root is the furthest ancestor reachable that way (a model with no
+    parent is its own root), so a distillation of all-MiniLM-L6-v2 shares its root with it.
+
+    Returns
+    -------
+    roots : list of m str
+    edges : list of (child_row, parent_row)
+        One per model whose parent is on the map, between the two models' own outputs (a
+        model without one: its first encoder).
+    """
+    parent: dict[str, str] = {}
+    for r in records:
+        d = (r.get("meta") or {}).get("derived_from")
+        if d:
+            parent[r["model"]] = str(d["model"])
+    rep = _representative(records)
+
+    def root(model: str) -> str:
+        seen = [model]
+        while seen[-1] in parent:
+            nxt = parent[seen[-1]]
+            if nxt in seen:
+                raise EncmapError(f"meta.derived_from forms a cycle: {' -> '.join(seen + [nxt])}")
+            seen.append(nxt)
+        return seen[-1]
+
+    roots = {m: root(m) for m in rep}
+    edges = [(rep[c], rep[p]) for c, p in sorted(parent.items()) if p in rep and c in rep]
+    return [roots[r["model"]] for r in records], edges
+
+
+def field_column(records: Sequence[dict], field: str) -> list[Any]:
+    """The values of one field (a metadata field or a derived one) for every record, in order."""
+    if field == "lineage":
+        return lineage(records)[0]
+    return [field_values(r)[field] for r in records]

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..io import save_figure
-from .fields import NUMERIC_FIELDS, field_values, layer_paths
+from .fields import NUMERIC_FIELDS, field_column, layer_paths, lineage
 
 #: At most this many categories get their own legend entry; the rest are drawn as "other".
 MAX_LEGEND = 20
@@ -34,6 +34,9 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
              title: str = "") -> None:
     """Scatter of the map coloured by ``field``; layers of one model joined in layer order.
 
+    ``field`` "lineage" colours by lineage root and draws an arrow from each model to the model
+    it was derived from (``meta.derived_from``) where both are on the map.
+
     Parameters
     ----------
     coords : ndarray, shape (m, 2)
@@ -48,12 +51,17 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
     from matplotlib import colors as mcolors
 
     coords = np.asarray(coords, dtype=np.float64)
-    values = [field_values(r)[field] for r in records]
+    values = field_column(records, field)
     plt.rcParams["svg.hashsalt"] = "encmap"  # stable SVG element ids
     plt.rcParams["text.parse_math"] = False  # data are text: "costs $5 to $10" is not maths
     fig, ax = plt.subplots(figsize=(9.5, 6.5), dpi=150)
     for path in layer_paths(records):
         ax.plot(coords[path, 0], coords[path, 1], color="0.6", lw=0.6, zorder=1)
+    if field == "lineage":
+        for child, parent in lineage(records)[1]:
+            ax.annotate("", xy=coords[parent], xytext=coords[child], zorder=2,
+                        arrowprops={"arrowstyle": "->", "color": "#b22222", "lw": 1.0, "alpha": 0.8,
+                                    "shrinkA": 4, "shrinkB": 4})
     numbers = [v for v in values if v is not None]
     continuous = field in NUMERIC_FIELDS and len(set(numbers)) > 12
     if continuous:

