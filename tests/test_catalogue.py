@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from encmap.downstream.mteb_results import published_scores
-from encmap.encoders.catalogue import catalogue, registry_records
+from encmap.encoders.catalogue import catalogue, model_id, registry_records
 from encmap.encoders.variants import expand_encoders
 from encmap.io import write_h5
 from encmap.validation import EncmapError
@@ -41,6 +41,7 @@ def test_the_whole_catalogue_validates_and_is_stable(registry, tmp_path):
     assert entries == again and len(entries) > 300
     assert list(expand_encoders(entries)) == [f"{m}__out" for m in sorted(entries)]
     params = yaml.safe_load((REPO / "params.yaml").read_text()) | {"models": entries}
+    params["similarity"]["subset"] |= {"encoders": [], "groups": ["outputs"]}  # the default names default encoders
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     r = subprocess.run([sys.executable, "-m", "encmap.cli", "--params", str(tmp_path / "params.yaml"), "check"],
                        capture_output=True, text=True)
@@ -53,6 +54,14 @@ def test_the_whole_catalogue_validates_and_is_stable(registry, tmp_path):
         r = by_name[e["meta"]["mteb_name"]]
         assert r["open_weights"] and r["model_type"] == ["dense"] and r["modalities"] == ["text"]
         assert not r["trust_remote_code"] and not e["trust_remote_code"]
+    # Lineage from the registry's adapted_from: a parent on the map by its model id, else its hub name.
+    derived = {k: e["meta"]["derived_from"] for k, e in entries.items() if e["meta"]["derived_from"]}
+    assert len(derived) > 50
+    for k, d in derived.items():
+        parent = by_name[entries[k]["meta"]["mteb_name"]]["adapted_from"]
+        assert d["relation"] == "adapted"
+        assert d["model"] == (model_id(parent) if model_id(parent) in entries else parent)
+    assert any(d["model"] in entries for d in derived.values())
     for e in entries.values():
         assert e["revision"] and e["source"].startswith("hub:") and e["meta"]["mteb_revision"] == e["revision"]
         assert e["dtype"] == ("bfloat16" if (e["meta"]["parameters"] or 0) >= 1e9 else "float32")
@@ -187,9 +196,14 @@ def test_zoo_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys
     assert "left out" in capsys.readouterr().out
     before = params.read_text()
     assert main(["--params", str(params), "zoo", *pick, "--append", "--replace"]) == 0
-    assert "backend:" not in capsys.readouterr().out  # the entries go into the file, not to the terminal
+    cap = capsys.readouterr()
+    assert "backend:" not in cap.out  # the entries go into the file, not to the terminal
     after = params.read_text()
     assert yaml.safe_load(after)["models"] == zoo["models"]
+    # The default stitch subset named default encoders: now the named groups pick the new models.
+    assert yaml.safe_load(after)["similarity"]["subset"] | {"neighbours": 0} == {
+        "groups": ["outputs", "middle", "classical", "controls"], "encoders": [], "neighbours": 0}
+    assert "similarity.subset named 9 encoders of the replaced models" in cap.err
     assert after.splitlines()[:3] == before.splitlines()[:3]  # the file's own comments are kept
     assert main(["--params", str(params), "zoo", *pick, "--append"]) != 0
     assert "already in its 'models:' block" in capsys.readouterr().err

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+import sys
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -357,6 +359,30 @@ def append_models(params_path: str | Path, entries: dict[str, dict[str, Any]], r
     entry = yaml.safe_dump(entries, sort_keys=False, default_flow_style=None, width=120)
     block = "".join("  " + line if line.strip() else line for line in entry.splitlines(keepends=True))
     text = "".join(lines[:end]) + block + "".join(lines[end:])
+    if replace:
+        text = _drop_subset_encoders(text, str(p))
     validate_params(parse_yaml(text, str(p)), str(p))
     atomic_write_text(p, text)
+
+
+_SUBSET_ENCODERS = re.compile(r"^(    encoders: )\[[^\]]*\][^\n]*", re.M)
+_SUBSET_GROUPS = re.compile(r"^(    groups: )\[[^\]]*\][^\n]*", re.M)
+
+
+def _drop_subset_encoders(text: str, where: str) -> str:
+    """After ``encmap zoo --replace``: a ``similarity.subset`` that names encoders of the replaced
+    models becomes the named groups alone (every model's output, middle layer, classical and
+    control encoders), so that the new models are compared."""
+    params = parse_yaml(text, where)
+    named = ((params.get("similarity") or {}).get("subset") or {}).get("encoders") or []
+    if not named or set(named) <= set(expand_encoders(params.get("models") or {})):
+        return text
+    new, n1 = _SUBSET_ENCODERS.subn(r"\g<1>[]   # emptied by encmap zoo --replace (it named replaced models)",
+                                    text, count=1)
+    new, n2 = _SUBSET_GROUPS.subn(r"\g<1>[outputs, middle, classical, controls]", new, count=1)
+    if (n1, n2) != (1, 1):
+        raise EncmapError(f"{where}: similarity.subset.encoders names encoders of replaced models; edit it by hand")
+    print(f"encmap: {where}: similarity.subset named {len(named)} encoders of the replaced models; it now takes "
+          "the groups outputs, middle, classical, controls", file=sys.stderr)
+    return new
 

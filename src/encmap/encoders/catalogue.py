@@ -186,6 +186,9 @@ def entry(r: dict[str, Any], by_name: dict[str, dict[str, Any]], *, prompt: str 
             "architecture": config_type or ("decoder" if decoder else "unknown"),
             "parameters": params, "languages": r["languages"], "objective": "unknown", "kind": "pretrained",
             "organisation": org, "base_model": r["adapted_from"], "width": r["embed_dim"],
+            # Lineage: the registry's adapted_from (catalogue() names the parent by its model id
+            # when the parent is on the same map, so the page draws the edge).
+            "derived_from": {"model": r["adapted_from"], "relation": "adapted"} if r["adapted_from"] else None,
             "language_scope": language_scope(r["languages"]), "license": r["license"], "release_year": year,
             "instructions": bool(r["use_instructions"]), "prompt": prompt if text else "none",
             "mteb_name": r["name"], "mteb_revision": r["revision"],
@@ -249,6 +252,11 @@ def catalogue(records: list[dict[str, Any]], *, trust_remote_code: bool = False,
     if limit is not None:
         left["over --limit"] += max(0, len(ids) - limit)
         ids = ids[:limit]
+    on_map = {names[k]: k for k in ids}
+    for k in ids:
+        d = entries[k]["meta"]["derived_from"]
+        if d and d["model"] in on_map:
+            d["model"] = on_map[d["model"]]
     return {k: entries[k] for k in ids}, left
 
 
