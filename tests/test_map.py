@@ -465,8 +465,9 @@ def test_lineage_roots_and_edges_by_hand():
 
     recs = lineage_records()
     roots, edges = lineage(recs)
-    # Every descendant of the teacher shares its root, the hub model it was fine-tuned from.
-    assert roots == ["org/base"] * 5 + ["loner", "not-on-this-map"]
+    # Every descendant of the teacher shares its root, the hub model it was fine-tuned from; a
+    # model with no parent and no child on the map has none.
+    assert roots == ["org/base"] * 5 + [None, "not-on-this-map"]
     # Edges end at each model's own output (row 1 for the teacher, not its layer-3 encoder);
     # only parents on the map get one; sorted by child model.
     assert edges == [(4, 1), (2, 1), (3, 2)]
@@ -483,7 +484,7 @@ def test_lineage_figure_draws_an_arrow_per_edge(tmp_path):
     coords = np.random.default_rng(1).normal(size=(len(recs), 2))
     draw_map(coords, recs, "lineage", tmp_path / "l.png", tmp_path / "l.svg")
     svg = (tmp_path / "l.svg").read_text()
-    assert "org/base (5)" in svg and "loner (1)" in svg
+    assert "org/base (5)" in svg and "n/a (1)" in svg and "loner" not in svg
     draw_map(coords, recs, "family", tmp_path / "f.png", tmp_path / "f.svg")
     # The lineage figure has exactly the 3 arrows more than the same map coloured by family.
     import re

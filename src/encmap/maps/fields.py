@@ -99,16 +99,17 @@ def _representative(records: Sequence[dict]) -> dict[str, int]:
     return rep
 
 
-def lineage(records: Sequence[dict]) -> tuple[list[str], list[tuple[int, int]]]:
+def lineage(records: Sequence[dict]) -> tuple[list[str | None], list[tuple[int, int]]]:
     """Each encoder's lineage root, and the lineage edges between models on the map.
 
     A model's ``meta.derived_from.model`` names its parent: a model id of this map, or a hub id
-    or name off the map. The root is the furthest ancestor reachable that way (a model with no
-    parent is its own root), so a distillation of all-MiniLM-L6-v2 shares its root with it.
+    or name off the map. The root is the furthest ancestor reachable that way, so a distillation
+    of all-MiniLM-L6-v2 shares its root with it; a model with no parent is its own root if a model
+    on the map derives from it, and has none (None) otherwise.
 
     Returns
     -------
-    roots : list of m str
+    roots : list of m (str or None)
     edges : list of (child_row, parent_row)
         One per model whose parent is on the map, between the two models' own outputs (a
         model without one: its first encoder).
@@ -129,7 +130,8 @@ def lineage(records: Sequence[dict]) -> tuple[list[str], list[tuple[int, int]]]:
             seen.append(nxt)
         return seen[-1]
 
-    roots = {m: root(m) for m in rep}
+    has_child = set(parent.values())
+    roots = {m: root(m) if (m in parent or m in has_child) else None for m in rep}
     edges = [(rep[c], rep[p]) for c, p in sorted(parent.items()) if p in rep and c in rep]
     return [roots[r["model"]] for r in records], edges
 

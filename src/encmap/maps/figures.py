@@ -60,7 +60,7 @@ def draw_map(coords: np.ndarray, records: Sequence[dict], field: str, png: str |
     if field == "lineage":
         for child, parent in lineage(records)[1]:
             ax.annotate("", xy=coords[parent], xytext=coords[child], zorder=2,
-                        arrowprops={"arrowstyle": "->", "color": "#b22222", "lw": 1.0, "alpha": 0.8,
+                        arrowprops={"arrowstyle": "-|>", "color": "#b22222", "lw": 1.3, "alpha": 0.9,
                                     "shrinkA": 4, "shrinkB": 4})
     numbers = [v for v in values if v is not None]
     continuous = field in NUMERIC_FIELDS and len(set(numbers)) > 12
