@@ -278,3 +278,15 @@ def read_curated(path: str | Path, n: int | None = None) -> tuple[list[str], str
     if n is not None and len(sentences) != n:
         raise EncmapError(f"{p}: {len(sentences)} sentences, but params say sentences.n = {n}; rerun curate")
     return sentences, actual
+
+
+def read_legacy_text(f: Path) -> str:
+    """UTF-8, else Windows-1252: gensim's older test files are the latter (0xa3 pound, 0x97 dash)."""
+    raw = f.read_bytes()
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        try:
+            return raw.decode("cp1252")
+        except UnicodeDecodeError as e:
+            raise EncmapError(f"{f}: neither UTF-8 nor Windows-1252 ({e.reason} at byte {e.start})") from None

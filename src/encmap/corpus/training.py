@@ -25,7 +25,7 @@ _WIKI_MARKUP = re.compile(r"'{2,}")
 
 
 def _lee_background(gensim_dir: Path) -> list[str]:
-    from ..downstream.tasks import read_legacy_text
+    from ..io import read_legacy_text
 
     f = gensim_dir / "lee_background.cor"
     if not f.is_file():

@@ -34,7 +34,7 @@ from ..corpus.brown import read_brown
 from ..corpus.candidates import INSTALL_HINT
 from ..corpus.cleaning import clean, normalise_key
 from ..corpus.wordnet import as_sentence, wordnet_synsets
-from ..io import file_sha256
+from ..io import file_sha256, read_legacy_text
 from ..sampling import sample_rows
 from ..validation import EncmapError
 
@@ -94,18 +94,6 @@ def gensim_data_dir(path: str | None) -> Path:
 def _synsets(path: str) -> tuple:
     """WordNet's synsets, read once for the two WordNet tasks."""
     return tuple(wordnet_synsets("wordnet", path))
-
-
-def read_legacy_text(f: Path) -> str:
-    """UTF-8, else Windows-1252: gensim's older test files are the latter (0xa3 pound, 0x97 dash)."""
-    raw = f.read_bytes()
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError:
-        try:
-            return raw.decode("cp1252")
-        except UnicodeDecodeError as e:
-            raise EncmapError(f"{f}: neither UTF-8 nor Windows-1252 ({e.reason} at byte {e.start})") from None
 
 
 def _split_folds(labels: list[str], test: float, seed: int, task: str) -> list[int]:
