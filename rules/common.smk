@@ -2,6 +2,7 @@
 # decide which jobs exist; what a job writes is decided by its rule, script and step module.
 from pathlib import Path
 
+from encmap.encoders.embed import job_threads
 from encmap.integrity import for_snakemake, record_for_snakemake
 from encmap.layout import LAYOUT, artifact_paths, map_figures, similarity_figures
 from encmap.params import check_snakemake_config

@@ -11,7 +11,7 @@ rule embed:
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],
         on_error=config["embed"]["on_error"],
-    threads: 8  # scaled down to --cores: what the job reserves (torch uses its own pool in-process)
+    threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; 1 for one-core backends
     log:
         "logs/embed/{model}.log",
     resources:

@@ -13,7 +13,7 @@ rule evaluate:
         degenerate=config["embed"]["degenerate"],
     conda:
         "../envs/encmap.yaml"
-    threads: 8  # scaled down to --cores; torch and the classifiers use exactly these
+    threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; torch and the classifiers use exactly these
     log:
         "logs/evaluate/{model}.log",
     resources:

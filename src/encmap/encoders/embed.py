@@ -41,6 +41,16 @@ BACKENDS = {
 #: Backends that run on an accelerator; the others compute on the CPU whatever the device says.
 DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
 
+#: Backends whose pass runs on one core (a NumPy or Cython loop, one gensim worker): their embed
+#: and evaluate jobs reserve one core, so that two of them run side by side.
+ONE_CORE_BACKENDS = ("use", "wordllama", "spacy", "gensim", "model2vec", "control")
+
+
+def job_threads(spec: dict, cores: int = 8) -> int:
+    """Cores an embed or evaluate job of this model reserves (Snakemake scales ``cores`` down to
+    ``--cores``): one for :data:`ONE_CORE_BACKENDS`, else ``cores``."""
+    return 1 if spec["backend"] in ONE_CORE_BACKENDS else cores
+
 log = logging.getLogger("encmap")
 
 
