@@ -35,13 +35,18 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         prov |= hub_provenance(spec["source"], spec["revision"], model)
     d = spec["distill"]
     teacher_sha = prov["weights_sha256"]  # every file of the teacher: weights, tokenizer, modules
-    key = {"teacher": teacher_sha, "distill": d,
+    key = {"teacher": teacher_sha, "distill": d, "blas_threads": 1,
            "versions": {lib: md.version(lib) for lib in ("model2vec", "transformers", "torch")}}
 
     def build(out: Path) -> None:
-        # Distilling is deterministic: eval-mode forward passes of single tokens, then an SVD-based PCA.
-        m = distill(ref, device="cpu", pca_dims=d["pca_dims"], sif_coefficient=d["sif_coefficient"],
-                    quantize_to=d["quantize_to"], pooling=d["pooling"])
+        from threadpoolctl import threadpool_limits
+
+        # One BLAS thread, whichever job makes it: the PCA's SVD gives other low bits with two
+        # threads (up to 2e-3 in the float16 table), and embed (in Snakemake's process, one BLAS
+        # thread) and evaluate (its own process) must not make different models.
+        with threadpool_limits(limits=1, user_api="blas"):
+            m = distill(ref, device="cpu", pca_dims=d["pca_dims"], sif_coefficient=d["sif_coefficient"],
+                        quantize_to=d["quantize_to"], pooling=d["pooling"])
         m.save_pretrained(str(out))
 
     path, sha = made_model("model2vec-distill", key, build, model)
