@@ -527,7 +527,8 @@ def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
     idx, dist = nearest_neighbours(cdist(a, a), 3)
     data = page_data(ids, a, recs, ["model", "lineage", "family"], idx, dist, "l1", layout="manhattan",
                      others={"exact-qre": b},
-                     faithfulness={"manhattan": {"purity_family (l1)": 0.25}, "exact-qre": {"purity_family (exact QRE)": 0.75}},
+                     faithfulness={"manhattan": {"purity_family (l1)": 0.25, "silhouette_kind (l1)": float("nan")},
+                                   "exact-qre": {"purity_family (exact QRE)": 0.75}},
                      scores={ids[2]: [("lee", 0.5, 0.375)]})
     html = tmp_path / "map.html"
     html.write_text(render_page(data), encoding="utf-8")
@@ -537,5 +538,7 @@ def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
     assert seen["arrows"][:2] == [0, 3] and seen["arrows"][2:] == [3, 3]
     assert len(seen["positions"][0]) == 7 and all(p != q for p, q in zip(*seen["positions"]))
     assert "manhattan" in seen["title"][0] and "exact-qre" in seen["title"][1]
-    assert seen["faithfulness"] == ["purity_family (l1): 0.250", "purity_family (exact QRE): 0.750"]
+    # A figure undefined on this map (NaN: JSON has none) shows n/a.
+    assert seen["faithfulness"] == ["purity_family (l1): 0.250\nsilhouette_kind (l1): n/a",
+                                    "purity_family (exact QRE): 0.750"]
     assert "lee  0.500 / 0.375" in seen["hover"]

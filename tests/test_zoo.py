@@ -162,8 +162,8 @@ def test_word2vec_matches_gensims_own_training_and_sentence_mean(tmp_path, monke
     from gensim.models import Word2Vec
     from gensim.utils import simple_preprocess
 
-    from encmap.corpus.training import training_texts
     from encmap.encoders.backends.gensim_trained import stable_hash
+    from encmap.encoders.training import training_texts
 
     monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path))
     t = SMALL_TRAIN
@@ -184,8 +184,8 @@ def test_training_text_holds_no_evaluation_item():
     clear." does occur inside Wikipedia prose, as it would in any English text)."""
     from encmap.artifacts.tasks import task_texts
     from encmap.corpus.cleaning import normalise_key
-    from encmap.corpus.training import TRAINING_SOURCES, training_texts
     from encmap.downstream.tasks import build_tasks
+    from encmap.encoders.training import TRAINING_SOURCES, training_texts
 
     evaluate = load_params(ROOT / "params.yaml")["evaluate"]
     tasks = build_tasks(evaluate, probes=[])["tasks"]
@@ -208,7 +208,7 @@ def test_training_text_holds_no_evaluation_item():
 
 
 def test_training_sources_that_hold_evaluation_items_are_refused():
-    from encmap.corpus.training import training_texts
+    from encmap.encoders.training import training_texts
 
     with pytest.raises(EncmapError, match="training source 'brown' is not allowed"):
         training_texts(["brown"])

@@ -47,6 +47,10 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     """
     others = dict(others or {})
     faithfulness = faithfulness or {}
+
+    def num(v: Any) -> float | None:  # JSON has no NaN: a figure that is undefined on this map shows n/a
+        return None if v is None or not np.isfinite(float(v)) else float(v)
+
     vals = {f: field_column(records, f) for f in fields}
     _, edges = lineage(records)
 
@@ -55,7 +59,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
         if xy.shape != (len(ids), 2):
             raise ValueError(f"layout {name!r} has shape {xy.shape}, not ({len(ids)}, 2)")
         return {"name": name, "x": [float(c) for c in xy[:, 0]], "y": [float(c) for c in xy[:, 1]],
-                "faithfulness": {k: float(v) for k, v in (faithfulness.get(name) or {}).items()}}
+                "faithfulness": {k: num(v) for k, v in (faithfulness.get(name) or {}).items()}}
 
     layouts = [lay(layout, coords)] + [lay(k, v) for k, v in others.items()]
     return {
@@ -70,8 +74,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
         "neighbours": [[[ids[j], float(d)] for j, d in zip(nn_idx[i], nn_dist[i])] for i in range(len(ids))],
         "paths": layer_paths(records),
         "lineage": [[int(c), int(p)] for c, p in edges],
-        "scores": [[[str(t), float(a), None if p is None else float(p)] for t, a, p in (scores or {}).get(e, ())]
-                   for e in ids],
+        "scores": [[[str(t), num(a), num(p)] for t, a, p in (scores or {}).get(e, ())] for e in ids],
         "placed": [{"id": p["id"], "x": float(p["x"]), "y": float(p["y"]), "values": field_values(p["record"]),
                     "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]]} for p in placed],
     }
@@ -116,7 +119,7 @@ _SCRIPT = r"""
     if (D.scores[i].length) {
       lines.push("score: measured / predicted (QRE ridge, model held out)");
       for (const [t, a, p] of D.scores[i])
-        lines.push("  " + esc(t) + "  " + a.toFixed(3) + " / " + (p === null ? "n/a" : p.toFixed(3)));
+        lines.push("  " + esc(t) + "  " + (a === null ? "n/a" : a.toFixed(3)) + " / " + (p === null ? "n/a" : p.toFixed(3)));
     }
     return lines.join("<br>");
   }
@@ -194,7 +197,7 @@ _SCRIPT = r"""
     faith.replaceChildren();
     for (const [k, v] of Object.entries(D.layouts[L].faithfulness)) {
       const row = document.createElement("div");
-      row.textContent = k + ": " + v.toFixed(3);
+      row.textContent = k + ": " + (v === null ? "n/a" : v.toFixed(3));
       faith.append(row);
     }
   }

@@ -1,6 +1,6 @@
 """word2vec, fastText and doc2vec trained by the pipeline with gensim (backend ``gensim``).
 
-Each model is trained on :func:`encmap.corpus.training.training_texts` of ``train.corpus`` (no
+Each model is trained on :func:`encmap.encoders.training.training_texts` of ``train.corpus`` (no
 evaluation item by construction), at the sizes and training lengths params give, so that quality
 varies by design. Training is single-threaded (``workers=1``) and seeded, and every seed gensim
 would take from Python's ``hash()`` (randomised per process) comes from a sha256 instead, so a
@@ -22,10 +22,10 @@ from pathlib import Path
 
 import numpy as np
 
-from ...corpus.training import texts_sha256, tokens, training_texts
 from ...validation import EncmapError
 from ..checkpoints import made_model
 from ..result import EmbeddingResult, output_only
+from ..training import texts_sha256, tokens, training_texts
 from ..variants import check_model_spec
 from .classical import average_rows
 

@@ -3,11 +3,15 @@
 Only sources that no evaluation task reads are allowed, so no evaluation item can be in the
 training text by construction: the downstream tasks draw on WordNet (examples, definitions), the
 Brown corpus, gensim's ``lee.cor`` and ``pang_lee_polarity.cor`` and two word-similarity lists;
-the training text is Wikipedia (gensim's bundled dump sample, the probe set's ``wiki`` source)
-and the Lee *background* corpus (314 news documents written to train on for the Lee similarity
+the training text is Wikipedia (gensim's bundled dump sample, the probe set's ``wiki`` source,
+read the way gensim's ``WikiCorpus`` reads a dump: ``extract_pages`` and ``filter_wiki``, one
+document per paragraph) and the Lee *background* corpus (314 news documents written to train on for the Lee similarity
 task, none of its 50 rated documents). The probe sentences drawn from Wikipedia stay in: real
 encoders have read Wikipedia too, and the map compares encoders on sentences, not on whether they
 saw them. The word-similarity tasks rate single words, which any word-vector training text contains.
+
+Deliberately not :mod:`encmap.corpus`: the embed and evaluate stages run this module, and an edit
+to the probe-sentence readers must not make every model of the map stale.
 """
 
 from __future__ import annotations
@@ -22,6 +26,31 @@ from ..validation import EncmapError
 TRAINING_SOURCES = ("gensim-wiki", "lee-background")
 
 _WIKI_MARKUP = re.compile(r"'{2,}")
+
+
+def gensim_data_dir() -> Path:
+    """gensim's bundled test data (the Wikipedia sample, the Lee corpora)."""
+    try:
+        import gensim
+    except ImportError:
+        raise EncmapError("the training text needs gensim (pip install gensim)") from None
+    return Path(gensim.__file__).parent / "test" / "test_data"
+
+
+def _wikipedia(f: Path) -> list[str]:
+    import bz2
+
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+
+    if not f.is_file():
+        raise EncmapError(f"training source 'gensim-wiki': {f} not found (gensim's test data; pip install gensim)")
+    out = []
+    with bz2.open(f, "rb") as fh:
+        for _title, text, _pageid in extract_pages(fh, filter_namespaces=("0",)):
+            if not text or text.lstrip().lower().startswith("#redirect"):
+                continue
+            out += [p.strip() for p in _WIKI_MARKUP.sub("", filter_wiki(text)).split("\n") if len(p.split()) >= 3]
+    return out
 
 
 def _lee_background(gensim_dir: Path) -> list[str]:
@@ -39,16 +68,14 @@ def training_texts(sources: list[str]) -> list[str]:
     Returns
     -------
     list of str
-        Wikipedia: one sentence each (bold/italic quotes removed); Lee background: one document each.
+        Wikipedia: one paragraph (of 3 words or more) each; Lee background: one document each.
     """
-    from ..corpus.wikipedia import gensim_wiki_path, read_gensim_wiki
-
     out: list[str] = []
     for name in sources:
         if name == "gensim-wiki":
-            out += [_WIKI_MARKUP.sub("", c.text) for c in read_gensim_wiki(name)]
+            out += _wikipedia(gensim_data_dir() / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
         elif name == "lee-background":
-            out += _lee_background(gensim_wiki_path().parent)
+            out += _lee_background(gensim_data_dir())
         else:
             raise EncmapError(f"training source {name!r} is not allowed (allowed: {', '.join(TRAINING_SOURCES)}; "
                               "the others hold evaluation items)")
