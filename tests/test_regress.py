@@ -136,9 +136,19 @@ def test_the_family_protocol_needs_three_families():
         outer_splits(np.array(["x", "x", "y", "y"]), "family", PARAMS, 0)
 
 
+def test_a_map_of_one_or_two_models_is_regressed_by_random_folds_only():
+    """The map's page reads the regression: a map of one model must not fail the pipeline there."""
+    rng = np.random.default_rng(7)
+    for models in (np.repeat(["a"], 12), np.repeat(["a", "b"], 6)):
+        rows, _ = regression_table(rng.standard_normal((12, 20)), rng.standard_normal((12, 1)), ["t"], models,
+                                   records(12, models), PARAMS | {"inner_folds": 2}, 0, families=models)
+        assert rows and {r["protocol"] for r in rows} == {"random"}
+
+
 def test_fewer_than_three_groups_is_an_error():
     with pytest.raises(EncmapError, match="at least 3 groups .* got 2"):
         outer_splits(np.array(["a", "a", "b", "b"]), "grouped", PARAMS, 0)
+    assert len(outer_splits(np.array(["a"] * 10), "random", PARAMS, 0)) == PARAMS["folds"]
 
 
 def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:

@@ -6,7 +6,7 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> Ridge, α by inner CV;
 - outer CV **grouped by model** (``grouped``): no variant of one model is both trained on and
   predicted, leave-one-model-out up to ``max_loo_groups`` models, GroupKFold beyond; the inner
-  CV is grouped too. Outer CV **grouped by family** (``family``: a whole family held out, e.g.
+  CV is grouped too; left out of a task scored on fewer than 3 models (a map of one model). Outer CV **grouped by family** (``family``: a whole family held out, e.g.
   every MiniLM, the inner CV grouped by family too): how well the features carry to a kind of
   model the regressor has never seen; left out of a task with fewer than 3 families. Plain
   shuffled K-fold (``random``) beside them: its gap to ``grouped`` is how much a variant's
@@ -66,8 +66,8 @@ def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], rand
     from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 
     n_groups = len(np.unique(groups))
-    if n_groups < 3:
-        raise EncmapError(f"{protocol} cross-validation needs at least 3 groups ({GROUPED_BY.get(protocol, 'models')}), "
+    if n_groups < 3 and protocol in GROUPED_BY:
+        raise EncmapError(f"{protocol} cross-validation needs at least 3 groups ({GROUPED_BY[protocol]}), "
                           f"got {n_groups}: {sorted(map(str, np.unique(groups)))}")
     X = np.zeros((len(groups), 1))
     if protocol in GROUPED_BY:
@@ -238,7 +238,9 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         have = np.flatnonzero(np.isfinite(Y[:, t]))
         y = Y[have, t]
         for protocol in PROTOCOLS:
-            if protocol not in labels or (protocol == "family" and len(np.unique(labels["family"][have])) < 3):
+            # Held-out groups need 3 of them (a map of one or two models, a task scored on fewer
+            # families): that protocol is left out of the task, the others still run.
+            if protocol not in labels or (protocol in GROUPED_BY and len(np.unique(labels[protocol][have])) < 3):
                 continue
             g = labels[protocol][have]
             splits = outer_splits(g, protocol, params, random_state)
@@ -328,7 +330,8 @@ def linear_form(est, p: int) -> tuple[np.ndarray, float]:
 def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, float, dict[str, Any]]:
     """One regressor fitted on all of (X, y): its linear form (w (p,), b) and the inner CV's choices."""
     reg, X, y, g = unit
-    est = fit_regressor(reg, X, y, g, "grouped", params, random_state)
+    # Inner CV grouped by model, as in the outer folds; a map of one model can only shuffle.
+    est = fit_regressor(reg, X, y, g, "grouped" if len(np.unique(g)) >= 2 else "random", params, random_state)
     search = est.named_steps["search"]
     est.steps[-1] = ("model", search.best_estimator_)
     chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}

@@ -196,6 +196,9 @@ def regress_tables(features: str, scores: str, groups: str | None, params: dict[
     tasks = sorted({t for s in table.values() for t in s})
     if groups:
         g = read_groups(groups, fm["ids"])
+        if len(set(g)) < 3:  # asked for by name: say so rather than leave the protocol out
+            raise EncmapError(f"{groups}: grouped cross-validation needs at least 3 groups (models), "
+                              f"got {len(set(g))}: {sorted(set(g))}")
     elif fm["records"] is None:
         raise EncmapError(f"{features}: no encoder records (dataset 'encoders') to take each encoder's model from; "
                           "give --groups CSV encoder,group (the grouped CV holds out whole groups)")
