@@ -64,9 +64,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     layouts = [lay(layout, coords)] + [lay(k, v) for k, v in others.items()]
     return {
         "ids": list(ids),
-        "x": layouts[0]["x"],
-        "y": layouts[0]["y"],
-        "layouts": layouts,
+        "layouts": layouts,  # the first is the main one (placed encoders are drawn on it)
         "fields": list(fields),
         "numeric": [f for f in fields if f in NUMERIC_FIELDS],
         "values": vals,
