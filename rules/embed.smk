@@ -12,6 +12,7 @@ rule embed:
         degenerate=config["embed"]["degenerate"],
         on_error=config["embed"]["on_error"],
     threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; 1 for one-core backends
+    priority: 1  # before evaluate: a model the pipeline makes (distilled, trained) is then made here and reused there
     log:
         "logs/embed/{model}.log",
     resources:

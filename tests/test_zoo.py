@@ -105,6 +105,48 @@ def test_model2vec_distillation_equals_model2vecs_own_and_is_made_once(tmp_path,
     weights = next(made[0].glob("*.safetensors"))
     weights.write_bytes(weights.read_bytes()[:-8])
     np.testing.assert_array_equal(embed_model("m2v-minilm-64", spec, TEXTS).arrays["m2v-minilm-64__out"], theirs)
+    # Another size of the same teacher reuses the teacher's pass over its vocabulary (kept once)
+    # and is still exactly model2vec's own distillation at that size.
+    teacher_pass = list((tmp_path / "cache" / "model2vec-teacher").iterdir())
+    assert len(teacher_pass) == 1
+    kept = {f: f.stat().st_mtime_ns for f in teacher_pass[0].rglob("*")}
+    spec128 = MODELS["m2v-minilm-128"]
+    assert spec128["source"] == spec["source"] and spec128["distill"]["pca_dims"] == 128
+    ours128 = embed_model("m2v-minilm-128", spec128, TEXTS).arrays["m2v-minilm-128__out"]
+    assert list((tmp_path / "cache" / "model2vec-teacher").iterdir()) == teacher_pass
+    assert {f: f.stat().st_mtime_ns for f in teacher_pass[0].rglob("*")} == kept
+    with threadpool_limits(limits=1, user_api="blas"):
+        np.testing.assert_array_equal(ours128, distill(teacher, pca_dims=128, device="cpu").encode(TEXTS))
+
+
+def test_a_made_model_is_made_by_one_job_while_another_waits_for_it(tmp_path, monkeypatch):
+    """embed and evaluate of one model start side by side: the second waits and reuses, never makes twice."""
+    import threading
+    import time
+
+    from encmap.encoders.checkpoints import made_model
+
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path))
+    builds, started = [], threading.Event()
+
+    def build(out: Path) -> None:
+        builds.append(threading.get_ident())
+        started.set()
+        time.sleep(0.5)  # the other job asks meanwhile
+        (out / "weights.bin").write_bytes(b"made once")
+
+    got = []
+    first = threading.Thread(target=lambda: got.append(made_model("demo", {"k": 1}, build, "m")))
+    first.start()
+    started.wait(5)
+    second = made_model("demo", {"k": 1}, build, "m")
+    first.join()
+    assert len(builds) == 1 and got == [second]
+    assert (second[0] / "weights.bin").read_bytes() == b"made once"
+    # A damaged model is made again (under the same lock), a different key makes its own.
+    (second[0] / "weights.bin").write_bytes(b"damaged")
+    assert made_model("demo", {"k": 1}, build, "m") == second and len(builds) == 2
+    assert made_model("demo", {"k": 2}, build, "m")[0] != second[0] and len(builds) == 3
 
 
 SMALL_TRAIN = {"corpus": ["lee-background"], "vector_size": 16, "window": 3, "min_count": 2, "epochs": 2,

@@ -86,7 +86,8 @@ def made_model(kind: str, key: dict[str, Any], build: Callable[[Path], None], mo
     weights; making them is deterministic but costs minutes, so the result is kept in
     :func:`cache_dir` under a hash of everything that determines it (``key``: settings, teacher
     or corpus hash, library versions). A cached model is reused only if its files still hash to
-    what was stamped when it was made; a damaged one is made again.
+    what was stamped when it was made; a damaged one is made again. One job makes it: another
+    that asks for the same key meanwhile waits on its lock file (in ``.locks``), then reuses it.
 
     Parameters
     ----------
@@ -106,16 +107,46 @@ def made_model(kind: str, key: dict[str, Any], build: Callable[[Path], None], mo
     """
     digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()
     out = cache_dir() / kind / digest[:24]
+    made = _made(out, key, model, kind)
+    if made:
+        return made
+    locks = cache_dir() / ".locks"
+    for d in (out.parent, locks):
+        d.mkdir(parents=True, exist_ok=True)
+    # One maker per key: embed and evaluate of a model often start side by side (or on two nodes
+    # sharing the cache), and making it twice would cost minutes of CPU (hours for an LLM teacher).
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(locks / f"{kind}-{digest[:24]}.lock"))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        log.info("model %r: another job is making its %s model %s; waiting for it", model, kind, out)
+        lock.acquire()
+    try:
+        return _made(out, key, model, kind) or _make(out, key, build, model, kind, digest)
+    finally:
+        lock.release()
+
+
+def _made(out: Path, key: dict[str, Any], model: str, kind: str) -> tuple[Path, str] | None:
+    """The made model in ``out`` if its stamp holds ``key`` and its files still hash to the stamp's."""
     stamp = out / _MADE_STAMP
-    if stamp.is_file():
-        want = json.loads(stamp.read_text())
-        try:
-            if want.get("key") == key and weights_sha256(out) == want.get("weights_sha256"):
-                return out, want["weights_sha256"]
-        except EncmapError:
-            pass
-        log.warning("model %r: cached %s model %s does not match its stamp; making it again", model, kind, out)
-    out.parent.mkdir(parents=True, exist_ok=True)
+    if not stamp.is_file():
+        return None
+    want = json.loads(stamp.read_text())
+    try:
+        if want.get("key") == key and weights_sha256(out) == want.get("weights_sha256"):
+            return out, want["weights_sha256"]
+    except EncmapError:
+        pass
+    log.warning("model %r: cached %s model %s does not match its stamp; making it again", model, kind, out)
+    return None
+
+
+def _make(out: Path, key: dict[str, Any], build: Callable[[Path], None], model: str, kind: str,
+          digest: str) -> tuple[Path, str]:
+    """``build`` into a new folder beside ``out``, stamp it, then put it in place atomically."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{digest[:12]}-", dir=out.parent))
     try:
         build(tmp)
@@ -123,11 +154,9 @@ def made_model(kind: str, key: dict[str, Any], build: Callable[[Path], None], mo
         (tmp / _MADE_STAMP).write_text(json.dumps({"key": key, "weights_sha256": files_sha}, sort_keys=True))
         if out.exists():
             shutil.rmtree(out)
-        os.replace(tmp, out)  # atomic: a concurrent job sees the old folder or the whole new one
+        os.replace(tmp, out)  # atomic: a reader sees no folder or the whole new one
     except OSError as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if stamp.is_file():  # another job made the same model meanwhile
-            return made_model(kind, key, build, model)
         raise EncmapError(f"model {model!r}: could not store the made {kind} model in {out}: {e}") from e
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

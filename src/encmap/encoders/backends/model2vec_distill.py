@@ -7,12 +7,22 @@ whose lineage is known by construction (``meta.derived_from``). The distilled mo
 once per teacher and settings and kept in the encmap cache (:func:`~encmap.encoders.checkpoints.made_model`),
 so ``embed`` and ``evaluate`` use the very same weights; it is then encoded exactly as the
 ``model2vec`` backend encodes a published Model2Vec model.
+
+The teacher's pass over its vocabulary is most of a distillation's cost and does not depend on
+the output size: it is kept too (kind "model2vec-teacher", keyed by the teacher's files, the token
+ids and the pooling), so distillations of one teacher at several sizes pass it once.
 """
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata as md
+import json
+import threading
+from contextlib import contextmanager
 from pathlib import Path
+
+import numpy as np
 
 from ...validation import EncmapError
 from ..checkpoints import hub_provenance, made_model, model_id, resolve_source
@@ -44,7 +54,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         # One BLAS thread, whichever job makes it: the PCA's SVD gives other low bits with two
         # threads (up to 2e-3 in the float16 table), and embed (in Snakemake's process, one BLAS
         # thread) and evaluate (its own process) must not make different models.
-        with threadpool_limits(limits=1, user_api="blas"):
+        with threadpool_limits(limits=1, user_api="blas"), _teacher_pass_kept(key, model):
             m = distill(ref, device="cpu", pca_dims=d["pca_dims"], sif_coefficient=d["sif_coefficient"],
                         quantize_to=d["quantize_to"], pooling=d["pooling"])
         m.save_pretrained(str(out))
@@ -53,3 +63,47 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     m = StaticModel.from_pretrained(str(path), max_length=spec["max_seq_length"], force_download=False)
     prov |= {"model_id": model_id(spec["source"]), "teacher_sha256": teacher_sha, "distilled_sha256": sha}
     return encode_static(model, spec, m, texts, prov)
+
+
+_kept = threading.local()  # the teacher key of the distillation this thread is making
+_install = threading.Lock()
+
+
+@contextmanager
+def _teacher_pass_kept(key: dict, model: str):
+    """Within this block (this thread), model2vec's teacher pass is made once per teacher and tokens.
+
+    ``model2vec.distill`` calls ``create_embeddings`` (every token id list through the teacher,
+    (V, d) float32) and then reduces it; the distillation itself stays model2vec's own code: its
+    module-level ``create_embeddings`` is wrapped once, and the wrapper keeps the pass in the
+    cache only for the thread that set a key here (in-process embed jobs run side by side as
+    threads), passing every other call through untouched.
+    """
+    from model2vec.distill import distillation
+
+    with _install:
+        if not getattr(distillation.create_embeddings, "_encmap_kept", False):
+            distillation.create_embeddings = _keeping(distillation.create_embeddings)
+    _kept.key, _kept.model = {k: key[k] for k in ("teacher", "versions")} | {"pooling": key["distill"]["pooling"]}, model
+    try:
+        yield
+    finally:
+        _kept.key = None
+
+
+def _keeping(create_embeddings):
+    def kept(model, tokenized, device, pad_token_id, pooling="mean"):
+        key = getattr(_kept, "key", None)
+        if key is None:
+            return create_embeddings(model, tokenized, device, pad_token_id, pooling)
+        ids = hashlib.sha256(json.dumps([list(map(int, t)) for t in tokenized]).encode()).hexdigest()
+        key = key | {"token_ids_sha256": ids, "pad_token_id": int(pad_token_id), "pooling": str(getattr(pooling, "value", pooling))}
+
+        def build(out: Path) -> None:
+            np.save(out / "token_embeddings.npy", create_embeddings(model, tokenized, device, pad_token_id, pooling))
+
+        path, _ = made_model("model2vec-teacher", key, build, _kept.model)
+        return np.load(path / "token_embeddings.npy")
+
+    kept._encmap_kept = True
+    return kept
