@@ -36,6 +36,22 @@ PAUSE_ENV = "ENCMAP_PAUSE_BEFORE_RENAME"
 _job_started_ns: int | None = None
 
 
+#: The Wikipedia dump sample inside gensim's wheel (the probe set's ``wiki`` source; training text).
+GENSIM_WIKI_SAMPLE = "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2"
+
+
+def gensim_test_data(needed_by: str) -> Path:
+    """gensim's bundled ``test/test_data`` folder (the Wikipedia sample, the Lee corpora, the
+    polarity sentences), read offline by the probe set, two tasks and the training text.
+    ``needed_by`` names who asks, for the error when gensim is not installed."""
+    try:
+        import gensim
+    except ImportError:
+        raise EncmapError(f"{needed_by} needs gensim: pip install gensim (its wheel ships the Wikipedia sample "
+                          "and the Lee corpora)") from None
+    return Path(gensim.__file__).parent / "test" / "test_data"
+
+
 def set_job_start(ns: int | None) -> None:
     """From now on, refuse to replace an output that was written after ``ns`` (a newer run's).
 

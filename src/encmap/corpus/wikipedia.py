@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Iterator
 
+from ..io import GENSIM_WIKI_SAMPLE, gensim_test_data
 from ..validation import EncmapError
 from .candidates import INSTALL_HINT, Candidate
 
@@ -23,12 +24,7 @@ def split_sentences(text: str) -> list[str]:
 
 
 def gensim_wiki_path() -> Path:
-    try:
-        import gensim
-    except ImportError:
-        raise EncmapError(f"source kind 'gensim-wiki' needs gensim: {INSTALL_HINT['gensim-wiki']}") from None
-    return (Path(gensim.__file__).parent / "test" / "test_data"
-            / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+    return gensim_test_data("source kind 'gensim-wiki'") / GENSIM_WIKI_SAMPLE
 
 
 # Inline templates. gensim's filter_wiki deletes every {{...}}, which leaves holes in prose

@@ -34,7 +34,7 @@ from ..corpus.brown import read_brown
 from ..corpus.candidates import INSTALL_HINT
 from ..corpus.cleaning import clean, normalise_key
 from ..corpus.wordnet import as_sentence, wordnet_synsets
-from ..io import file_sha256, read_legacy_text
+from ..io import file_sha256, gensim_test_data, read_legacy_text
 from ..sampling import sample_rows
 from ..validation import EncmapError
 
@@ -76,14 +76,7 @@ class ProbeFilter:
 
 def gensim_data_dir(path: str | None) -> Path:
     """gensim's bundled ``test/test_data`` directory (or ``path``), checked to hold the task files."""
-    if path:
-        root = Path(path)
-    else:
-        try:
-            import gensim
-        except ImportError:
-            raise EncmapError(f"evaluation data: gensim is not installed; {INSTALL_HINT['gensim-wiki']}") from None
-        root = Path(gensim.__file__).parent / "test" / "test_data"
+    root = Path(path) if path else gensim_test_data("evaluation data")
     missing = [f for f in GENSIM_FILES if not (root / f).is_file()]
     if missing:
         raise EncmapError(f"evaluation data: {root / missing[0]} not found; install: {INSTALL_HINT['gensim-wiki']}")

@@ -21,21 +21,13 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from ..io import GENSIM_WIKI_SAMPLE, gensim_test_data
 from ..validation import EncmapError
 
 #: Training text sources (``train.corpus`` in params): none of them is read by an evaluation task.
 TRAINING_SOURCES = ("gensim-wiki", "lee-background")
 
 _WIKI_MARKUP = re.compile(r"'{2,}")
-
-
-def gensim_data_dir() -> Path:
-    """gensim's bundled test data (the Wikipedia sample, the Lee corpora)."""
-    try:
-        import gensim
-    except ImportError:
-        raise EncmapError("the training text needs gensim (pip install gensim)") from None
-    return Path(gensim.__file__).parent / "test" / "test_data"
 
 
 def _wikipedia(f: Path) -> list[str]:
@@ -82,9 +74,9 @@ def training_texts(sources: list[str]) -> list[str]:
     out: list[str] = []
     for name in sources:
         if name == "gensim-wiki":
-            out += _wikipedia(gensim_data_dir() / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2")
+            out += _wikipedia(gensim_test_data("the training text") / GENSIM_WIKI_SAMPLE)
         elif name == "lee-background":
-            out += _lee_background(gensim_data_dir())
+            out += _lee_background(gensim_test_data("the training text"))
         else:
             raise EncmapError(f"training source {name!r} is not allowed (allowed: {', '.join(TRAINING_SOURCES)}; "
                               "the others hold evaluation items)")
