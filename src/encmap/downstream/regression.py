@@ -32,6 +32,8 @@ REGRESSORS = ("elasticnet", "ridge")
 PROTOCOLS = ("grouped", "family", "random")
 #: What the protocols that hold out whole groups group by (the unit a label names).
 GROUPED_BY = {"grouped": "models", "family": "families"}
+#: Fewest groups a held-out-group CV runs on (with 2, each fold holds out half the data).
+MIN_GROUPS = 3
 #: Feature sets compared: the QRE features, then the baselines.
 FEATURE_SETS = ("qre", "random", "dim", "layer", "parameters", "mean")
 
@@ -56,6 +58,14 @@ def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, in
             "layer": layer.reshape(m, 1), "parameters": params.reshape(m, 1)}
 
 
+def require_groups(groups, protocol: str, where: str = "") -> None:
+    """Refuse held-out-group CV over fewer than :data:`MIN_GROUPS` groups."""
+    found = sorted({str(g) for g in groups})
+    if len(found) < MIN_GROUPS:
+        raise EncmapError(f"{where}{protocol} cross-validation needs at least {MIN_GROUPS} groups ({GROUPED_BY[protocol]}), "
+                          f"got {len(found)}: {found}")
+
+
 def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int) -> list[tuple]:
     """(train, test) index pairs of the outer CV.
 
@@ -66,9 +76,8 @@ def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], rand
     from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 
     n_groups = len(np.unique(groups))
-    if n_groups < 3 and protocol in GROUPED_BY:
-        raise EncmapError(f"{protocol} cross-validation needs at least 3 groups ({GROUPED_BY[protocol]}), "
-                          f"got {n_groups}: {sorted(map(str, np.unique(groups)))}")
+    if protocol in GROUPED_BY:
+        require_groups(groups, protocol)
     X = np.zeros((len(groups), 1))
     if protocol in GROUPED_BY:
         cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
@@ -240,7 +249,7 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         for protocol in PROTOCOLS:
             # Held-out groups need 3 of them (a map of one or two models, a task scored on fewer
             # families): that protocol is left out of the task, the others still run.
-            if protocol not in labels or (protocol in GROUPED_BY and len(np.unique(labels[protocol][have])) < 3):
+            if protocol not in labels or (protocol in GROUPED_BY and len(np.unique(labels[protocol][have])) < MIN_GROUPS):
                 continue
             g = labels[protocol][have]
             splits = outer_splits(g, protocol, params, random_state)

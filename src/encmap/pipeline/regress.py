@@ -15,7 +15,7 @@ from ..artifacts.failures import FAILED, failure_report, read_failure
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
-from ..downstream.regression import REGRESSORS, fit_final, regression_table, summary
+from ..downstream.regression import REGRESSORS, fit_final, regression_table, require_groups, summary
 from ..downstream.score_tables import read_groups, read_score_table
 from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, read_json, rounded, write_h5
 from ..validation import EncmapError
@@ -196,9 +196,7 @@ def regress_tables(features: str, scores: str, groups: str | None, params: dict[
     tasks = sorted({t for s in table.values() for t in s})
     if groups:
         g = read_groups(groups, fm["ids"])
-        if len(set(g)) < 3:  # asked for by name: say so rather than leave the protocol out
-            raise EncmapError(f"{groups}: grouped cross-validation needs at least 3 groups (models), "
-                              f"got {len(set(g))}: {sorted(set(g))}")
+        require_groups(g, "grouped", f"{groups}: ")  # asked for by name: say so rather than leave the protocol out
     elif fm["records"] is None:
         raise EncmapError(f"{features}: no encoder records (dataset 'encoders') to take each encoder's model from; "
                           "give --groups CSV encoder,group (the grouped CV holds out whole groups)")
