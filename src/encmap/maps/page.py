@@ -109,6 +109,7 @@ _SCRIPT = r"""
     return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
   }
   function show(v) { return v === null || v === undefined ? "n/a" : String(v); }
+  function fixed3(v) { return v === null ? "n/a" : v.toFixed(3); }
   function hover(i) {
     const lines = ["<b>" + esc(D.ids[i]) + "</b>"];
     for (const f of D.fields) lines.push(esc(f) + ": " + esc(show(D.values[f][i])));
@@ -117,7 +118,7 @@ _SCRIPT = r"""
     if (D.scores[i].length) {
       lines.push("score: measured / predicted (QRE ridge, model held out)");
       for (const [t, a, p] of D.scores[i])
-        lines.push("  " + esc(t) + "  " + (a === null ? "n/a" : a.toFixed(3)) + " / " + (p === null ? "n/a" : p.toFixed(3)));
+        lines.push("  " + esc(t) + "  " + fixed3(a) + " / " + fixed3(p));
     }
     return lines.join("<br>");
   }
@@ -195,7 +196,7 @@ _SCRIPT = r"""
     faith.replaceChildren();
     for (const [k, v] of Object.entries(D.layouts[L].faithfulness)) {
       const row = document.createElement("div");
-      row.textContent = k + ": " + (v === null ? "n/a" : v.toFixed(3));
+      row.textContent = k + ": " + fixed3(v);
       faith.append(row);
     }
   }

@@ -84,7 +84,9 @@ def _teacher_pass_kept(key: dict, model: str):
     with _install:
         if not getattr(distillation.create_embeddings, "_encmap_kept", False):
             distillation.create_embeddings = _keeping(distillation.create_embeddings)
-    _kept.key, _kept.model = {k: key[k] for k in ("teacher", "versions")} | {"pooling": key["distill"]["pooling"]}, model
+    # Not the output size, PCA or SIF settings: the pass comes before them (the token ids and the
+    # pooling join the key where model2vec hands them over).
+    _kept.key, _kept.model = {k: key[k] for k in ("teacher", "versions")}, model
     try:
         yield
     finally:
