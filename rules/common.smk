@@ -4,8 +4,13 @@ from pathlib import Path
 
 from encmap.encoders.embed import job_threads
 from encmap.integrity import for_snakemake, record_for_snakemake
+from encmap.jobs import one_reevaluation_timer
 from encmap.layout import LAYOUT, artifact_paths, map_figures, similarity_figures
 from encmap.params import check_snakemake_config
+
+# Snakemake 9 starts one more perpetual 1 s re-evaluation timer per finished job (the scheduler
+# then burns a core on large maps and slows the running jobs): keep one (encmap.jobs).
+one_reevaluation_timer()
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)

@@ -1,4 +1,5 @@
-"""Jobs: a `script:` job orphaned by a killed Snakemake stops instead of finishing behind a newer run."""
+"""Jobs: a `script:` job orphaned by a killed Snakemake stops instead of finishing behind a newer run;
+Snakemake's scheduler keeps one re-evaluation timer, not one more per finished job."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from encmap.jobs import snakemake_ancestors
 
@@ -51,3 +54,58 @@ def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
         assert not _alive(pid), "the orphaned job kept running"
     finally:
         os.killpg(parent.pid, signal.SIGKILL) if _alive(parent.pid) else None
+
+
+# N quick jobs, then a 2-thread in-process job (force-use-threads: it runs in the Snakemake
+# process) while 2-thread jobs wait, ready but blocked: the scheduler's situation during a long
+# job of a large map. It counts the re-evaluation timers alive then.
+_TIMERS_SNAKEFILE = """
+import threading, time
+{patch}
+rule all:
+    input: expand("q/{{i}}", i=range({n})), "timers", expand("w/{{i}}", i=range(2))
+rule quick:
+    output: "q/{{i}}"
+    priority: 2
+    run:
+        open(output[0], "w").write(str(time.time()))
+rule count:
+    output: "timers"
+    threads: 2
+    priority: 1
+    run:
+        time.sleep(1.5)  # every chain started so far has a timer alive now
+        timers = [t for t in threading.enumerate() if isinstance(t, threading.Timer)]
+        open(output[0], "w").write(str(len(timers)))
+rule waiting:
+    output: "w/{{i}}"
+    threads: 2
+    run:
+        open(output[0], "w").close()
+"""
+
+
+def _timers(tmp_path: Path, patch: bool, n: int = 40, *extra: str) -> tuple[int, list[float]]:
+    d = tmp_path / ("patched" if patch else "plain")
+    d.mkdir()
+    fix = "from encmap.jobs import one_reevaluation_timer\none_reevaluation_timer()" if patch else ""
+    (d / "Snakefile").write_text(_TIMERS_SNAKEFILE.format(patch=fix, n=n))
+    subprocess.run(["snakemake", "--cores", "2", "--force-use-threads", "--quiet", "all", *extra], cwd=d,
+                   check=True, capture_output=True, timeout=300)
+    starts = sorted(float((d / "q" / str(i)).read_text()) for i in range(n))
+    return int((d / "timers").read_text()), starts
+
+
+@pytest.mark.slow
+def test_the_scheduler_keeps_one_reevaluation_timer_and_still_limits_the_job_rate(tmp_path):
+    # Snakemake as pinned starts one more perpetual timer per finished job (the control: if this
+    # fails, Snakemake fixed it and encmap.jobs.one_reevaluation_timer can go).
+    plain, _ = _timers(tmp_path, patch=False)
+    assert plain >= 20, f"{plain} timers after 40 jobs: Snakemake no longer multiplies them"
+    patched, _ = _timers(tmp_path, patch=True)
+    assert patched <= 1
+    # The rate limit it exists for still holds: 10 jobs at most 4 per second span >= 2 s.
+    limited = tmp_path / "limited"
+    limited.mkdir()
+    _, starts = _timers(limited, True, 10, "--max-jobs-per-timespan", "4/1s")
+    assert starts[-1] - starts[0] >= 1.9
