@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -197,6 +198,40 @@ def test_doc2vec_vector_of_a_sentence_does_not_depend_on_the_others(tmp_path, mo
     w = embed_model("w2v", gensim_spec("w2v"), ["qqqzx vvvkw", *TEXTS[:2]]).arrays["w2v__out"]
     f = embed_model("ft", gensim_spec("ft"), ["qqqzx vvvkw", *TEXTS[:2]]).arrays["ft__out"]
     assert not w[0].any() and w[1].any() and f[0].any()
+
+
+@pytest.mark.slow
+def test_doc2vec_jobs_side_by_side_infer_what_they_infer_alone(tmp_path, monkeypatch):
+    """In-process embed jobs run as threads: a doc2vec job that finishes first must not undo the
+    sentence seeding (a module global it patches) under another that is still inferring."""
+    import threading
+
+    from gensim.models.doc2vec import Doc2Vec
+
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path))
+    long = [f"{t} {k}" for k in range(20) for t in TEXTS]
+    alone = embed_model("d2v", gensim_spec("d2v"), long).arrays["d2v__out"]
+    # The short job starts inferring first and then waits (at most 2 s) until the long one
+    # infers too, so that it finishes while the long one runs: the order that raced.
+    long_started, infer = threading.Event(), Doc2Vec.infer_vector
+
+    def paced(self, words, *args, **kwargs):
+        if threading.current_thread().name == "long":
+            long_started.set()
+        else:
+            long_started.wait(2)
+        return infer(self, words, *args, **kwargs)
+
+    monkeypatch.setattr(Doc2Vec, "infer_vector", paced)
+    out = {}
+    short = threading.Thread(target=lambda: embed_model("d2v", gensim_spec("d2v"), TEXTS[:2]), name="short")
+    short.start()
+    time.sleep(0.5)
+    job = threading.Thread(target=lambda: out.update(a=embed_model("d2v", gensim_spec("d2v"), long)), name="long")
+    job.start()
+    short.join()
+    job.join()
+    np.testing.assert_array_equal(out["a"].arrays["d2v__out"], alone)
 
 
 def test_word2vec_matches_gensims_own_training_and_sentence_mean(tmp_path, monkeypatch):

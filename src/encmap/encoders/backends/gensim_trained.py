@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import importlib.metadata as md
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -90,6 +91,9 @@ def _mean_vectors(model, method: str, texts: list[str]) -> np.ndarray:
     return average_rows(table, [[row[w] for w in ts if w in row] for ts in toks])
 
 
+_INFER_LOCK = threading.Lock()  # see _inferred_vectors
+
+
 def _inferred_vectors(model, texts: list[str]) -> np.ndarray:
     from functools import partial
 
@@ -98,15 +102,19 @@ def _inferred_vectors(model, texts: list[str]) -> np.ndarray:
 
     # infer_vector seeds its starting vector with hash() of the words, and its negative samples
     # from the model's RandomState, which every call advances: both are re-seeded per sentence.
-    patched, d2v.pseudorandom_weak_vector = d2v.pseudorandom_weak_vector, partial(pseudorandom_weak_vector,
-                                                                                  hashfxn=stable_hash)
-    try:
-        out = np.empty((len(texts), model.vector_size), np.float32)
-        for i, x in enumerate(texts):
-            model.random = np.random.RandomState(stable_hash(x))
-            out[i] = model.infer_vector(tokens(x))
-    finally:
-        d2v.pseudorandom_weak_vector = patched
+    # The seeding function is a module global: the lock keeps two doc2vec embed jobs running side
+    # by side in Snakemake's process from restoring it under each other (a sentence inferred
+    # after the other job restored it got a hash()-seeded start: runs that differed by ~1e-2).
+    with _INFER_LOCK:
+        patched, d2v.pseudorandom_weak_vector = d2v.pseudorandom_weak_vector, partial(pseudorandom_weak_vector,
+                                                                                      hashfxn=stable_hash)
+        try:
+            out = np.empty((len(texts), model.vector_size), np.float32)
+            for i, x in enumerate(texts):
+                model.random = np.random.RandomState(stable_hash(x))
+                out[i] = model.infer_vector(tokens(x))
+        finally:
+            d2v.pseudorandom_weak_vector = patched
     return out
 
 
