@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.project import env
 
 from encmap.jobs import snakemake_ancestors
 
@@ -91,7 +92,7 @@ def _timers(tmp_path: Path, patch: bool, n: int = 40, *extra: str) -> tuple[int,
     fix = "from encmap.jobs import one_reevaluation_timer\none_reevaluation_timer()" if patch else ""
     (d / "Snakefile").write_text(_TIMERS_SNAKEFILE.format(patch=fix, n=n))
     subprocess.run(["snakemake", "--cores", "2", "--force-use-threads", "--quiet", "all", *extra], cwd=d,
-                   check=True, capture_output=True, timeout=300)
+                   env=env(), check=True, capture_output=True, timeout=300)
     starts = sorted(float((d / "q" / str(i)).read_text()) for i in range(n))
     return int((d / "timers").read_text()), starts
 
