@@ -110,3 +110,22 @@ def test_the_scheduler_keeps_one_reevaluation_timer_and_still_limits_the_job_rat
     limited.mkdir()
     _, starts = _timers(limited, True, 10, "--max-jobs-per-timespan", "4/1s")
     assert starts[-1] - starts[0] >= 1.9
+
+
+def test_a_sooner_reevaluation_is_not_held_back_by_a_later_pending_one():
+    """A 1 s rate-limit wake-up asked for while a 10 s one (queue input) is pending still comes in 1 s."""
+    import threading
+    from types import SimpleNamespace
+
+    from snakemake.scheduling.job_scheduler import JobScheduler
+
+    from encmap.jobs import one_reevaluation_timer
+
+    assert one_reevaluation_timer()
+    sched = SimpleNamespace(_open_jobs=threading.Semaphore(0))
+    JobScheduler._schedule_reevalutation(sched, 10)
+    JobScheduler._schedule_reevalutation(sched, 0.2)
+    JobScheduler._schedule_reevalutation(sched, 0.5)  # later than the pending 0.2 s one: no new timer
+    t0 = time.monotonic()
+    assert sched._open_jobs.acquire(timeout=3) and time.monotonic() - t0 < 2
+    assert not sched._open_jobs.acquire(timeout=1)  # one wake-up, not two

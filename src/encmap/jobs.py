@@ -162,8 +162,8 @@ def one_reevaluation_timer() -> bool:
     cores): ~52,000 timer threads by the last jobs and 6–14% of a core burnt by the Snakemake
     process while a 2-thread job ran, whose parallel regions stalled with it (pairwise 111 s vs
     98 s); on a map of thousands of jobs the scheduler would saturate a core. A single pending
-    timer keeps the rate limiter's guarantee (a pass within one timespan of any request), and the
-    timer is a daemon so that Snakemake does not wait for it to exit.
+    timer (the earliest asked for) keeps the rate limiter's guarantee (a pass within one timespan of
+    any request), and the timer is a daemon so that Snakemake does not wait for it to exit.
     """
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -175,14 +175,17 @@ def one_reevaluation_timer() -> bool:
         return False
 
     def schedule_reevaluation(self, delay: float) -> None:
+        due = time.monotonic() + delay
         with _timer_lock:
-            if getattr(self, "_encmap_timer_pending", False):
-                return  # the pending timer wakes the loop within `delay` anyway
-            self._encmap_timer_pending = True
+            pending = getattr(self, "_encmap_timer_due", None)
+            if pending is not None and pending <= due:
+                return  # the pending timer wakes the loop by then anyway
+            self._encmap_timer_due = due  # none pending, or only a later one (a 10 s queue-input wait)
 
         def fire() -> None:
             with _timer_lock:  # cleared before the wake-up, so that the pass it causes may start the next
-                self._encmap_timer_pending = False
+                if self._encmap_timer_due == due:
+                    self._encmap_timer_due = None
             self._open_jobs.release()
 
         timer = threading.Timer(delay, fire)
