@@ -11,7 +11,15 @@ import pytest
 from scipy.spatial.distance import cdist
 from support.fake_run import META, fake_run, record
 
-from encmap.maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+from encmap.maps.distances import (
+    SAME_RTOL,
+    feature_distances,
+    groups_of,
+    identical_groups,
+    nearest_neighbours,
+    same_encoder,
+    symmetrised_qre,
+)
 from encmap.maps.faithfulness import (
     adjacent_layer_share,
     l1_vs_exact_qre,
@@ -154,6 +162,83 @@ def test_placing_a_reference_point_lands_next_to_it(precomputed):
     assert set(np.argsort(d[0])[:3]) <= set(range(12)) and set(np.argsort(d[1])[:3]) <= set(range(12, 24))
 
 
+def twin_rows(seed: int = 0) -> tuple[np.ndarray, dict[str, int]]:
+    """QRE-like feature rows of 16 distinct encoders plus the cases of the tiny map that failed on
+    another CPU: an encoder reached by two routes (its normalised output and its last CLS layer,
+    equal to float32 rounding: 1e-7 of the norm apart), and a neighbouring layer 8e-6 apart."""
+    rng = np.random.default_rng(seed)
+    F = rng.gamma(2.0, 0.01, size=(16, 300))
+    base = F[3] * (1 + 8e-6 * rng.standard_normal(300))
+    rows = {"l01": 16, "l02": 17, "out": 18}
+    F = np.vstack([F, base, F[3], F[3] * (1 + 1e-7 * rng.standard_normal(300))])
+    return F, rows
+
+
+def test_identical_encoders_are_found_within_rounding_and_distinct_ones_are_not():
+    F, rows = twin_rows()
+    rel = np.abs(F[rows["out"]] - F[rows["l02"]]).sum() / np.abs(F[rows["l02"]]).sum()
+    assert 1e-8 < rel < SAME_RTOL  # a rounding difference, not an exact copy
+    rep = identical_groups(F)
+    # l02 is a copy of row 3 and out equals it to rounding: one group, represented by row 3.
+    assert rep[rows["l02"]] == 3 and rep[rows["out"]] == 3 and rep[3] == 3
+    assert rep[rows["l01"]] == rows["l01"]  # 8e-6 apart: a distinct encoder
+    assert groups_of(rep) == [[3, rows["l02"], rows["out"]]]
+    # By hand: distance 1 between norms 1e6 and 2e6 is within 1e-6 x 2e6; distance 3 is not.
+    L = np.array([[0.0, 1.0, 3.0]])
+    assert same_encoder(L, np.array([2e6]), np.array([1e6, 1e6, 1e6])).tolist() == [[True, True, False]]
+    # Transitive: a ~ b and b ~ c put a, b, c in one group even when a and c are just over the bound.
+    G = np.array([[1.0, 0], [1.0 + 0.9e-6, 0], [1.0 + 1.8e-6, 0], [5.0, 0], [9.0, 0]])
+    assert identical_groups(G).tolist() == [0, 0, 0, 3, 4]
+
+
+@pytest.mark.parametrize("metric", ["manhattan", "exact-qre"])
+def test_identical_encoders_are_drawn_as_one_and_add_nothing_to_the_map(metric):
+    """Each group is one t-SNE point: the map of the distinct encoders alone is the same map,
+    bit for bit, and every member of a group sits on its representative's point."""
+    F, rows = twin_rows()
+    distinct = [i for i in range(F.shape[0]) if i not in (rows["l02"], rows["out"])]
+    X = F if metric == "manhattan" else feature_distances(F)
+    rep = identical_groups(F)
+    full = fit_map(X, metric=metric, perplexity=4, n_iter=300, early_exaggeration_iter=100, random_state=1, same=rep)
+    Xd = F[distinct] if metric == "manhattan" else X[np.ix_(distinct, distinct)]
+    alone = fit_map(Xd, metric=metric, perplexity=4, n_iter=300, early_exaggeration_iter=100, random_state=1)
+    assert np.array_equal(full.coords[distinct], alone.coords)
+    assert np.array_equal(full.coords[rows["out"]], full.coords[3]) and np.array_equal(full.coords[rows["l02"]], full.coords[3])
+    assert not np.array_equal(full.coords[rows["l01"]], full.coords[3])
+    assert full.distinct.tolist() == distinct
+
+
+def test_too_few_distinct_encoders_lower_the_perplexity_or_are_refused():
+    F = np.random.default_rng(0).gamma(2.0, 0.01, size=(8, 50))
+    F = np.vstack([F, F[:2]])  # 10 encoders, 8 distinct: perplexity 3 allowed for 10, not for 8
+    t = fit_map(F, perplexity=3, n_iter=300, early_exaggeration_iter=100)
+    assert t.perplexity == pytest.approx(7 / 3) and t.distinct.size == 8
+    with pytest.raises(EncmapError, match="at least 4 distinct encoders; these m = 6 are 3 distinct"):
+        fit_map(np.vstack([F[:3], F[:3]]), perplexity=1)
+
+
+@pytest.mark.parametrize("precomputed", [False, True])
+def test_an_encoder_identical_to_a_map_encoder_lands_on_it_exactly(precomputed):
+    """The failure on another CPU: the twin of an encoder equal to another to rounding was placed
+    between the two, 0.26 of the map's extent away. Now both are one point and the twin is on it."""
+    F, rows = twin_rows()
+    rep = identical_groups(F)
+    X = feature_distances(F) if precomputed else F
+    tmap = fit_map(X, metric="exact-qre" if precomputed else "manhattan", perplexity=4, n_iter=300,
+                   early_exaggeration_iter=100, random_state=0, same=rep)
+    new = np.vstack([F[rows["out"]], F[rows["l01"]] * (1 + 1e-3)])
+    Xn = feature_distances(new, "manhattan", F) if precomputed else new
+    L = feature_distances(new, "manhattan", F)
+    same = same_encoder(L, np.abs(new).sum(axis=1), np.abs(F).sum(axis=1))
+    same_as = np.where(same.any(axis=1), np.argmin(np.where(same, L, np.inf), axis=1), -1)
+    assert same_as.tolist() == [rows["out"], -1]
+    placed = place_on_map(tmap, Xn, random_state=0, same_as=same_as)
+    assert np.array_equal(placed[0], tmap.coords[rows["out"]]) and np.array_equal(placed[0], tmap.coords[3])
+    assert np.isfinite(placed[1]).all() and not np.array_equal(placed[1], tmap.coords[rows["l01"]])
+    with pytest.raises(EncmapError, match="one map row"):
+        place_on_map(tmap, Xn, same_as=np.array([0]))
+
+
 # ---------------------------------------------------------------------------------- faithfulness
 
 
@@ -240,12 +325,13 @@ def test_fields_tables_and_layer_paths():
             record(3, "m", 1, "mean"), record(4, "x", 0, "cls")]
     assert layer_paths(recs) == [[1, 3, 0]]
     coords = np.array([[0.1, 1 / 3], [2.0, 3.0], [4.0, 5.0], [6.0, 7.0], [8.0, 9.0]])
-    text = coords_csv([r["id"] for r in recs], coords, recs)
+    text = coords_csv([r["id"] for r in recs], coords, recs, [None, None, None, "m__0", None])
     rows = [line.split(",") for line in text.splitlines()]
     assert rows[0] == ["encoder", "x", "y", "model", "family", "architecture", "layer", "pooling", "dimension",
-                       "parameters", "languages", "objective", "kind"]
+                       "parameters", "languages", "objective", "kind", "same_as"]
     assert float(rows[1][2]) == 1 / 3  # floats round-trip exactly
     assert rows[3][6] == ""  # the output has no layer
+    assert [r[-1] for r in rows[1:]] == ["", "", "", "m__0", ""]  # drawn on an identical encoder
     nb = neighbours_csv(["a", "b"], np.array([[1], [0]]), np.array([[0.5], [0.5]]), "l1")
     assert nb.splitlines()[1] == "a,1,b,0.5,l1"
     with pytest.raises(EncmapError, match="encoder 'm__0': meta has no 'kind'"):
@@ -319,11 +405,14 @@ def test_map_page_in_headless_chromium(tmp_path):
     recs = hostile_records(m)
     ids = [r["id"] for r in recs]
     X, _ = clusters(m_per=8)
+    X[23] = X[1]  # one encoder twice: drawn as one, and the hover says so
     tmap = fit_map(X, perplexity=5)
+    same = [ids[r] if r != i else None for i, r in enumerate(tmap.representative)]
     idx, dist = nearest_neighbours(cdist(X, X, "cityblock"), 5)
     html = tmp_path / "map.html"
     html.write_text(render_page(page_data(ids, tmap.coords, recs, ["model", "kind", "family", "objective",
-                                                                   "architecture"], idx, dist, "l1")), encoding="utf-8")
+                                                                   "architecture"], idx, dist, "l1", same=same)),
+                    encoding="utf-8")
     shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_page.png"
     seen = inspect_map_page(html, shot, colour_field="kind", search=ids[5], hover_index=1)
     assert seen["errors"] == [] and seen["requests"] == []
@@ -335,6 +424,7 @@ def test_map_page_in_headless_chromium(tmp_path):
     assert all(len(v) == 1 for v in by_kind.values()) and len(set().union(*by_kind.values())) == len(by_kind)
     assert "control (6)" in seen["legend"] and "pretrained (18)" in seen["legend"]
     assert ids[1] in seen["hover"] and "</script><script>window.__pwned = 1</script>" in seen["hover"]
+    assert f"the same encoder as (drawn as one): {ids[23]}" in seen["hover"], seen["hover"]
     # Old: a quote showed as &quot;.
     assert "architecture: say \"hi\", it's $x$ & costs $5 to $10" in seen["hover"], seen["hover"]
     assert seen["pwned"] is None

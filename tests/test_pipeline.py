@@ -185,18 +185,25 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     out = run(f"encmap place path:{tiny_st} --id twin --spec {spec_file} --out {tmp_path / 'twin'}", mapped).stdout
     placed = {r["encoder"]: r for r in csv.DictReader((tmp_path / "twin/placed.csv").open())}
     coords = {r["encoder"]: r for r in csv.DictReader((mapped / "results/map/coords.csv").open())}
-    xy = np.array([[float(r["x"]), float(r["y"])] for r in coords.values()])
-    extent = np.ptp(xy, axis=0).max()
     nbrs = list(csv.DictReader((tmp_path / "twin/neighbours.csv").open()))
     assert len(placed) == 7
     for e, r in placed.items():
         twin = e.replace("twin__", "tiny-st__")
         first = next(n for n in nbrs if n["encoder"] == e and n["rank"] == "1")
         assert first["neighbour"] == twin and float(first["distance"]) == 0.0, first
-        gap = np.hypot(float(r["x"]) - float(coords[twin]["x"]), float(r["y"]) - float(coords[twin]["y"]))
-        assert gap < 0.1 * extent, (e, gap / extent)  # measured <= 0.063 on this config
+        # Identical to a map encoder: drawn on it, exactly, on any machine (not placed by t-SNE).
+        assert (r["x"], r["y"]) == (coords[twin]["x"], coords[twin]["y"]), (e, r, coords[twin])
+        assert coords[r["same_as"]]["x"] == coords[twin]["x"]
         assert r["family"] == "tiny"
-    assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out
+    assert "twin__out\tat (" in out and "1. tiny-st__out\t0" in out and "the same encoder as" in out
+    # On the map, the model's output and its last layer's CLS state are one encoder (features equal to
+    # rounding; its output is that state, normalised): drawn as one point, and said so.
+    assert coords["tiny-st__out"]["same_as"] == "tiny-st__l02-cls" and coords["tiny-st__l02-cls"]["same_as"] == ""
+    assert (coords["tiny-st__out"]["x"], coords["tiny-st__out"]["y"]) == \
+        (coords["tiny-st__l02-cls"]["x"], coords["tiny-st__l02-cls"]["y"])
+    metrics = json.loads((mapped / "results/map/metrics.json").read_text())
+    assert metrics["identical_encoders"] == sum(1 for r in coords.values() if r["same_as"]) >= 1
+    assert metrics["distinct_encoders"] == len(coords) - metrics["identical_encoders"]
     # Its predicted scores are those of its twin on the map (same features, same regressors).
     from encmap.artifacts.features import read_feature_matrix
     from encmap.pipeline.regress import predict_scores

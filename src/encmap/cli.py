@@ -267,7 +267,8 @@ def _place(args) -> int:
     res = place_encoder(model, spec, params_path=args.params, out_dir=args.out, device=args.device)
     for i, e in enumerate(res["ids"]):
         x, y = res["coords"][i]
-        print(f"{e}\tat ({x:.3f}, {y:.3f})")
+        twin = res["same_as"][e]
+        print(f"{e}\tat ({x:.3f}, {y:.3f})" + (f"\tthe same encoder as {twin} (drawn on it)" if twin else ""))
         for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
             print(f"  {r:2d}. {nb}\t{d:.6g}")
     if res["predicted"]:

@@ -70,7 +70,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
 
     Writes ``<out_dir>/placed.csv``, ``neighbours.csv`` and ``map.html`` (default
     ``results/place/<model>/``; the tracked map is left as it is) and returns
-    ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted"}``;
+    ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted", "same_as"}``
+    (``same_as``: per variant, the map encoder it is identical to and drawn on, or None);
     ``predicted`` holds each variant's predicted score per task and regressor (and
     ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.h5``).
     """
@@ -80,7 +81,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from .artifacts.pip import as_stored
     from .encoders.embed import embed_model, model_device
     from .io import read_curated
-    from .maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+    from .maps.distances import feature_distances, nearest_neighbours, same_encoder, symmetrised_qre
     from .maps.fields import FIELDS, coords_csv, neighbours_csv
     from .maps.page import page_data, render_page
     from .maps.tsne import TSNEMap, place_on_map
@@ -96,7 +97,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     validate_params(params | {"models": params["models"] | {model: spec}}, f"model entry {model!r}")
     fm = read_feature_matrix(root / "results/features/qre.h5")
     model_h5 = root / "results/map/model.h5"
-    ref, mattrs = read_h5(model_h5, ["coords", "space", "pca_mean", "pca_components", "encoder_ids"])
+    ref, mattrs = read_h5(model_h5, ["coords", "space", "pca_mean", "pca_components", "representative",
+                                     "encoder_ids"])
     if [str(x) for x in ref["encoder_ids"]] != fm["ids"] or mattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"]:
         raise EncmapError(f"{model_h5} and results/features/qre.h5 disagree on the encoders or sentences; "
                           "rerun the map stage")
@@ -128,7 +130,10 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     L = feature_distances(F_new, "manhattan", fm["F"])
     order = np.argsort(L, axis=1, kind="stable")[:, :k]
     tmap = TSNEMap(ref["coords"], ref["space"], ref["pca_mean"], ref["pca_components"], str(mattrs["metric"]),
-                   float(mattrs["perplexity"]), int(mattrs["seed"]))
+                   float(mattrs["perplexity"]), int(mattrs["seed"]), ref["representative"])
+    # A new encoder identical to one on the map is drawn on it (the map draws identical encoders as one).
+    same = same_encoder(L, np.abs(F_new).sum(axis=1), np.abs(fm["F"]).sum(axis=1))
+    same_as = np.where(same.any(axis=1), np.argmin(np.where(same, L, np.inf), axis=1), -1)  # the nearest such
     if tmap.precomputed:
         # Distances of each new encoder to every map encoder: exact symmetrised QRE.
         from .artifacts.pip import load_spectrum
@@ -138,20 +143,22 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
         X_new = np.vstack([symmetrised_qre(pairwise_qre_matrix([s, *ref_specs], eps=eps))[0, 1:] for s in spectra])
     else:
         X_new = F_new
-    coords = place_on_map(tmap, X_new, random_state=tmap.seed)
+    coords = place_on_map(tmap, X_new, random_state=tmap.seed, same_as=same_as)
+    twin_ids = [fm["ids"][j] if j >= 0 else None for j in same_as]
     nbrs = {e: [(fm["ids"][j], float(L[i, j])) for j in order[i]] for i, e in enumerate(ids)}
 
     out = Path(out_dir) if out_dir else root / "results/place" / model
-    atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records))
+    atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records, twin_ids))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
     predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out)
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
-    placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e]}
-              for i, e in enumerate(ids)]
+    placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e],
+               "same_as": twin_ids[i]} for i, e in enumerate(ids)]
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
-    return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted}
+    return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted,
+            "same_as": dict(zip(ids, twin_ids))}
 
 
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],

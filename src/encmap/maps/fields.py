@@ -53,14 +53,19 @@ def field_values(record: dict[str, Any]) -> dict[str, Any]:
     } | {f: meta.get(f) for f in OPTIONAL_FIELDS}
 
 
-def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict]) -> str:
-    """``encoder,x,y,<every field>``: one row per encoder, in the order given."""
+def coords_csv(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict],
+               same_as: Sequence[str | None] | None = None) -> str:
+    """``encoder,x,y,<every field>,same_as``: one row per encoder, in the order given.
+
+    ``same_as``: per encoder, the map encoder it is identical to and drawn on (empty: none).
+    """
+    same_as = [None] * len(ids) if same_as is None else list(same_as)
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(["encoder", "x", "y", *FIELDS])
-    for e, (x, y), r in zip(ids, np.asarray(coords, dtype=np.float64), records):
+    w.writerow(["encoder", "x", "y", *FIELDS, "same_as"])
+    for e, (x, y), r, s in zip(ids, np.asarray(coords, dtype=np.float64), records, same_as):
         vals = field_values(r)
-        w.writerow([e, csv_cell(float(x)), csv_cell(float(y)), *(csv_cell(vals[f]) for f in FIELDS)])
+        w.writerow([e, csv_cell(float(x)), csv_cell(float(y)), *(csv_cell(vals[f]) for f in FIELDS), s or ""])
     return buf.getvalue()
 
 

@@ -30,7 +30,8 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
               nn_idx: np.ndarray, nn_dist: np.ndarray, metric: str, placed: Sequence[dict] = (), *,
               layout: str = "map", others: Mapping[str, np.ndarray] | None = None,
               faithfulness: Mapping[str, Mapping[str, float]] | None = None,
-              scores: Mapping[str, Sequence[Sequence[Any]]] | None = None) -> dict:
+              scores: Mapping[str, Sequence[Sequence[Any]]] | None = None,
+              same: Sequence[str | None] | None = None) -> dict:
     """Everything the page shows, as plain JSON-able data.
 
     Parameters
@@ -44,6 +45,8 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     others : further layouts by name, each an ndarray (m, 2) of the same encoders
     faithfulness : per layout name, figures shown beside it (name -> value)
     scores : per encoder id, rows ``[task, measured, predicted]`` (predicted may be None)
+    same : per encoder, the map encoder it is identical to and drawn on (None: none); the
+        hover of every encoder of such a group names the others
     """
     others = dict(others or {})
     faithfulness = faithfulness or {}
@@ -62,6 +65,8 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
                 "faithfulness": {k: num(v) for k, v in (faithfulness.get(name) or {}).items()}}
 
     layouts = [lay(layout, coords)] + [lay(k, v) for k, v in others.items()]
+    rep = [s or e for e, s in zip(ids, same or [None] * len(ids))]
+    twins = [[o for o, r in zip(ids, rep) if r == rep[i] and o != e] for i, e in enumerate(ids)]
     return {
         "ids": list(ids),
         "layouts": layouts,  # the first is the main one (placed encoders are drawn on it)
@@ -73,7 +78,9 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
         "paths": layer_paths(records),
         "lineage": [[int(c), int(p)] for c, p in edges],
         "scores": [[[str(t), num(a), num(p)] for t, a, p in (scores or {}).get(e, ())] for e in ids],
+        "same": twins,
         "placed": [{"id": p["id"], "x": float(p["x"]), "y": float(p["y"]), "values": field_values(p["record"]),
+                    "same": p.get("same_as"),
                     "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]]} for p in placed],
     }
 
@@ -112,6 +119,7 @@ _SCRIPT = r"""
   function fixed3(v) { return v === null ? "n/a" : v.toFixed(3); }
   function hover(i) {
     const lines = ["<b>" + esc(D.ids[i]) + "</b>"];
+    if (D.same[i].length) lines.push("the same encoder as (drawn as one): " + esc(D.same[i].join(", ")));
     for (const f of D.fields) lines.push(esc(f) + ": " + esc(show(D.values[f][i])));
     lines.push("nearest (" + esc(D.metric) + "):");
     for (const [id, d] of D.neighbours[i]) lines.push("  " + esc(id) + "  " + d.toPrecision(4));
@@ -182,6 +190,7 @@ _SCRIPT = r"""
     {type: "scatter", mode: "markers+text", x: D.placed.map(p => p.x), y: D.placed.map(p => p.y),
      text: D.placed.map(p => esc(p.id)), textposition: "top center", showlegend: false, name: "placed",
      hovertext: D.placed.map(p => "<b>placed: " + esc(p.id) + "</b><br>" +
+       (p.same ? "the same encoder as " + esc(p.same) + "<br>" : "") +
        p.neighbours.map(([id, d]) => esc(id) + "  " + d.toPrecision(4)).join("<br>")),
      hoverinfo: "text", marker: {size: 16, symbol: "star", color: "#000000", line: {width: 1, color: "#ffd700"}}},
   ];

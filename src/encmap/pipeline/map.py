@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from .. import __version__
 from ..artifacts.features import read_feature_matrix
 from ..downstream.score_tables import held_out_scores
 from ..io import atomic_write_json, atomic_write_text, read_h5, rounded, write_h5
-from ..maps.distances import feature_distances, nearest_neighbours, symmetrised_qre
+from ..maps.distances import feature_distances, groups_of, identical_groups, nearest_neighbours, symmetrised_qre
 from ..maps.faithfulness import adjacent_layer_share, l1_vs_exact_qre, neighbour_purity, separation, trustworthiness
 from ..maps.fields import check_fields, coords_csv, field_values, neighbours_csv
 from ..maps.figures import draw_map
@@ -47,22 +48,34 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     t0 = time.perf_counter()
     L = feature_distances(F, "manhattan")
     S = symmetrised_qre(pw["qre"])
+    # Encoders that are one encoder (features equal to rounding) are drawn as one, in both layouts.
+    rep = identical_groups(F, L)
+    same = [ids[r] if r != i else None for i, r in enumerate(rep)]
+    groups = groups_of(rep)
+    for g in groups:
+        print(f"identical encoders, drawn as one: {', '.join(ids[i] for i in g)}", file=sys.stderr)
     metric = params["metric"]
     X = S if metric == "exact-qre" else F
     tmap = fit_map(X, metric=metric, perplexity=params["perplexity"], pca_dims=params["pca_dims"],
                    n_iter=params["n_iter"], early_exaggeration_iter=params["early_exaggeration_iter"],
-                   init=params["init"], random_state=params["seed"])
+                   init=params["init"], random_state=params["seed"], same=rep)
     fit_seconds = time.perf_counter() - t0
+    if tmap.perplexity != float(params["perplexity"]):
+        print(f"warning: map.perplexity {params['perplexity']} is too large for the {tmap.distinct.size} distinct "
+              f"encoders of this map; t-SNE ran at {tmap.perplexity:.4g}", file=sys.stderr)
     other = "manhattan" if metric == "exact-qre" else "exact-qre"
     tmap2 = fit_map(F if other == "manhattan" else S, metric=other, perplexity=params["perplexity"],
                     pca_dims=params["pca_dims"], n_iter=params["n_iter"],
                     early_exaggeration_iter=params["early_exaggeration_iter"], init=params["init"],
-                    random_state=params["seed"])
+                    random_state=params["seed"], same=rep)
     nn_idx, nn_dist = nearest_neighbours(L, params["neighbours"])
 
     col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
     pretrained = np.array([k == "pretrained" for k in col["kind"]])
     metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"],
+                               "perplexity_used": tmap.perplexity, "distinct_encoders": int(tmap.distinct.size),
+                               # encoders drawn on an identical one (coords.csv's same_as names it)
+                               "identical_encoders": m - int(tmap.distinct.size),
                                # left off by gather: their models failed (embed.on_error: skip)
                                "failed_encoders": len(json.loads(fm["attrs"].get("failed", "{}")))}
     k = params["trustworthiness_k"]
@@ -95,13 +108,15 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     metrics["trustworthiness_k"] = k
 
     write_h5(out["model"], {"coords": tmap.coords, "space": tmap.space, "pca_mean": tmap.pca_mean,
-                            "pca_components": tmap.pca_components, "encoder_ids": np.array(ids, dtype=object)}, {
+                            "pca_components": tmap.pca_components, "representative": tmap.representative,
+                            "encoder_ids": np.array(ids, dtype=object)}, {
         "metric": metric, "perplexity": tmap.perplexity, "seed": tmap.seed, "eps": fm["attrs"]["eps"],
         "direction": fm["attrs"]["direction"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
         "neighbours": params["neighbours"], "encmap_version": __version__,
-        "note": "reference map for `encmap place`: coords (m, 2) and the rows t-SNE ran on (space)",
+        "note": "reference map for `encmap place`: coords (m, 2), the rows t-SNE ran on (space, of the rows "
+                "whose representative is themselves; identical encoders share their representative's point)",
     })
-    atomic_write_text(out["coords"], coords_csv(ids, tmap.coords, records))
+    atomic_write_text(out["coords"], coords_csv(ids, tmap.coords, records, same))
     atomic_write_text(out["neighbours"], neighbours_csv(ids, nn_idx, nn_dist, "l1"))
     for f in fields:
         draw_map(tmap.coords, records, f, out[f"png_{f}"], out[f"svg_{f}"])
@@ -113,7 +128,7 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
                 old.unlink()
     page = page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1", layout=metric,
                      others={other: tmap2.coords}, faithfulness=faith,
-                     scores=held_out_scores(predictions) if predictions else None)
+                     scores=held_out_scores(predictions) if predictions else None, same=same)
     atomic_write_text(out["html"], render_page(page))
     atomic_write_json(out["metrics"], rounded(metrics))
     atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})
