@@ -14,6 +14,8 @@ rule regress:
         scores="results/regression/scores.csv",
         regressors="results/regression/regressors.h5",
         failures="results/regression/failures.json",  # every model that failed (embed or evaluate, on_error: skip)
+        mteb_scores="results/regression/mteb_scores.csv",  # published MTEB targets (regress.mteb), encoder,task,score
+        mteb_sources="results/regression/mteb_sources.json",  # where each comes from; what is missing and why
         figure_png="results/regression/figures/predicted.png",
         figure_svg="results/regression/figures/predicted.svg",
     params:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -136,18 +137,20 @@ def test_published_scores_read_into_exactly_the_expected_table(tmp_path):
     write_result(tmp_path, "org/b", "r2", "Banking77Classification", [("default", en, 0.9)])
     write_result(tmp_path, "org/b", "r3", "STS12", [("default", en, 0.1)])
     models = {"a__out": ("org/a", "r1"), "b__out": ("org/b", "r2")}
-    scores, names = published_scores(models, results=str(tmp_path), benchmark=None, tasks=TASKS, split="test")
-    assert names == [f"mteb:{t}" for t in TASKS]
-    assert scores == {"a__out": {"mteb:STS12": 0.7, "mteb:KinNewsClassification": pytest.approx(0.75)},
-                      "b__out": {"mteb:STS12": 0.5, "mteb:Banking77Classification": 0.9}}
-    scores, names = published_scores(models, results=str(tmp_path), benchmark="MTEB(eng, v1)", tasks=[],
-                                     split="test")
-    assert len(names) == 56 and scores["a__out"]["mteb:AmazonCounterfactualClassification"] == pytest.approx(0.6)
-    scores, _ = published_scores(models, results=str(tmp_path), benchmark=None,
-                                 tasks=["AmazonCounterfactualClassification"], split="test")
-    assert scores["a__out"] == {}  # en and de of its four subsets: incomplete
+    pub = published_scores(models, results=str(tmp_path), benchmark=None, tasks=TASKS, split="test")
+    assert pub.tasks == TASKS
+    assert pub.scores == {"a__out": {"STS12": 0.7, "KinNewsClassification": pytest.approx(0.75)},
+                          "b__out": {"STS12": 0.5, "Banking77Classification": 0.9}}
+    assert pub.sources["b__out"].scored == {"STS12": "r2", "Banking77Classification": "r2"}  # pinned r2, not r3
+    pub = published_scores(models, results=str(tmp_path), benchmark="MTEB(eng, v1)", tasks=[], split="test")
+    assert len(pub.tasks) == 56 and pub.scores["a__out"]["AmazonCounterfactualClassification"] == pytest.approx(0.6)
+    pub = published_scores(models, results=str(tmp_path), benchmark=None,
+                           tasks=["AmazonCounterfactualClassification"], split="test")
+    assert pub.scores["a__out"] == {}  # en and de of its four subsets: incomplete
+    assert pub.sources["a__out"].missing["AmazonCounterfactualClassification"].endswith(
+        "subset missing: split 'test' has no hf_subset 'en-ext', 'ja'")
     with pytest.raises(EncmapError, match="no 'results' folder"):
-        published_scores(models, results=str(tmp_path / "results"), benchmark=None, tasks=TASKS, split="test")
+        published_scores(models, results=str(tmp_path / "results/org__a"), benchmark=None, tasks=TASKS, split="test")
 
 
 def test_the_regression_takes_published_scores_as_targets(tmp_path):
@@ -170,11 +173,11 @@ def test_the_regression_takes_published_scores_as_targets(tmp_path):
                                    "encoders": np.array([json.dumps(r) for r in recs], dtype=object)},
              {"sentences_sha256": "x", "eps": 1e-6, "direction": "forward", "m": m})
     for k in range(8):
-        write_result(tmp_path, f"org/m{k}", "r", "STS12", [("default", ["eng-Latn"], float(F[2 * k, 0]))])
+        write_result(tmp_path, f"org/m{k}", "r", "STS12", [("default", ["eng-Latn"], float(np.tanh(F[2 * k, 0])))])
         if k < 2:
             write_result(tmp_path, f"org/m{k}", "r", "Banking77Classification", [("default", ["eng-Latn"], 0.5)])
     out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
-    params = PARAMS | {"mteb": {"results": str(tmp_path), "benchmark": None, "tasks": TASKS, "split": "test"}}
+    params = PARAMS | {"mteb": {"results": str(tmp_path), "benchmark": None, "tasks": TASKS, "split": "test", "bare_only": False}}
     regress_step(str(tmp_path / "qre.h5"), [], out, regress=params)
     table = Path(out["table"]).read_text()
     assert "mteb:STS12" in table and "Banking77" not in table
@@ -227,3 +230,52 @@ def test_the_architecture_comes_from_a_cached_checkpoint_config(tmp_path, monkey
     entries, _ = cat.catalogue(cat.registry_records(), name_pattern=f"^{name}$")
     (e,) = entries.values()
     assert e["meta"]["architecture"] == "qwen3" and e["pooling"] == ["last"]
+
+
+def test_how_mteb_scored_each_model_is_in_its_entry(registry):
+    """From the registry: E5 with its query/passage prefixes, gte-Qwen2 with task instructions,
+    all-MiniLM-L6-v2 on bare texts; the prompt the map uses is recorded beside it."""
+    names = {"intfloat/multilingual-e5-small": "prompts", "Alibaba-NLP/gte-Qwen2-1.5B-instruct": "instructions",
+             "sentence-transformers/all-MiniLM-L6-v2": "none"}
+    entries, _ = catalogue(registry, name_pattern="^(" + "|".join(map(re.escape, names)) + ")$",
+                           trust_remote_code=True)
+    got = {e["meta"]["mteb_name"]: (e["meta"]["mteb_scored_with"], e["meta"]["prompt"]) for e in entries.values()}
+    assert got == {n: (w, "none") for n, w in names.items()}
+
+
+def test_embeddinggemma_is_no_decoder_by_its_name(registry):
+    """embeddinggemma is Gemma 3 trained bidirectionally: the name rule called it a decoder."""
+    entries, _ = catalogue(registry, name_pattern=r"^google/embeddinggemma-300m$|^BAAI/bge-multilingual-gemma2$")
+    arch = {e["meta"]["mteb_name"]: (e["meta"]["architecture"], e["pooling"]) for e in entries.values()}
+    assert arch["google/embeddinggemma-300m"] == ("unknown", ["mean"])
+    assert arch["BAAI/bge-multilingual-gemma2"] == ("decoder", ["last"])  # a Gemma 2 decoder stays one
+
+
+def test_registry_metadata_contradicted_by_the_results_is_not_copied(registry):
+    """Real model_meta.json files (tests/data/mteb-results): gte-Qwen2-1.5B-instruct's registry
+    width 8960 against 1536, GritLM-8x7B's width and parameters, gte-small-zh's width; the entry
+    writes null there and records every source. all-MiniLM-L6-v2 agrees and keeps its figures."""
+    from encmap.downstream.mteb_results import model_metas
+    from encmap.encoders.catalogue import check_metadata, same_count
+
+    data = REPO / "tests/data/mteb-results"
+    names = ["Alibaba-NLP/gte-Qwen2-1.5B-instruct", "GritLM/GritLM-8x7B", "thenlper/gte-small-zh",
+             "sentence-transformers/all-MiniLM-L6-v2"]
+    entries, _ = catalogue(registry, name_pattern="^(" + "|".join(map(re.escape, names)) + ")$",
+                           trust_remote_code=True)
+    assert len(entries) == 4
+    conflicts = check_metadata(entries, model_metas(data, names))
+    by = {entries[k]["meta"]["mteb_name"]: v for k, v in conflicts.items()}
+    raw = json.loads((data / "results/Alibaba-NLP__gte-Qwen2-1.5B-instruct/external/model_meta.json").read_text())
+    assert by["Alibaba-NLP/gte-Qwen2-1.5B-instruct"]["width"] == {
+        "mteb registry": 8960, "results/Alibaba-NLP__gte-Qwen2-1.5B-instruct/external/model_meta.json": raw["embed_dim"]}
+    assert set(by["GritLM/GritLM-8x7B"]) == {"width", "parameters"} and set(by["thenlper/gte-small-zh"]) == {"width"}
+    assert "sentence-transformers/all-MiniLM-L6-v2" not in by
+    for k, e in entries.items():
+        if k in conflicts:
+            assert all(e["meta"][f] is None for f in conflicts[k]) and e["meta"]["metadata_conflicts"] == conflicts[k]
+        else:
+            assert e["meta"]["width"] == 384 and "metadata_conflicts" not in e["meta"]
+    # Counts that round to each other, or differ by counting conventions, are one model; halves are not.
+    assert same_count(1_889_792, 2_000_000) and same_count(30_258_688, 30_300_000) and same_count(100, 104)
+    assert not same_count(1_543_268_864, 1_780_000_000) and not same_count(57_920_000_000, 46_702_792_704)

@@ -15,7 +15,7 @@ from encmap.validation import EncmapError
 PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
           "elasticnet_alphas": [1e-3, 1e-2, 1e-1], "l1_ratios": [0.5], "ridge_alphas": [1e-2, 1.0, 100.0],
           "max_iter": 10000, "score_tables": [],
-          "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": "test"}}
+          "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": None, "bare_only": False}}
 
 
 def records(m: int, groups) -> list[dict]:
@@ -172,7 +172,8 @@ def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
     return str(root / "qre.h5"), dirs
 
 
-OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg", "failures")
+OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg", "failures",
+        "mteb_scores", "mteb_sources")
 
 
 def test_regress_step_and_bad_score_tables(tmp_path):
@@ -263,33 +264,6 @@ def test_cli_regress_on_a_users_own_matrix(tmp_path, capsys):
     assert "features of shape (5, 30) for 12 encoder_ids" in capsys.readouterr().err
 
 
-def test_mteb_result_files_become_a_score_table(tmp_path, capsys):
-    """MTEB's layout and schema, written by hand: mean main score over subsets of the split."""
-    from encmap.cli import main
-
-    def result(model: str, task: str, scores: dict) -> None:
-        d = tmp_path / "results" / model / "abc123"
-        d.mkdir(parents=True, exist_ok=True)
-        (d / f"{task}.json").write_text(json.dumps({"task_name": task, "dataset_revision": "r", "scores": scores}))
-
-    result("org__model-a", "STS12", {"test": [{"main_score": 0.7, "hf_subset": "default", "spearman": 0.7}]})
-    result("org__model-a", "Banking77Classification", {"test": [{"main_score": 0.8, "hf_subset": "en"},
-                                                                {"main_score": 0.6, "hf_subset": "de"}]})
-    result("org__model-a", "MSMARCO", {"dev": [{"main_score": 0.3, "hf_subset": "default"}]})
-    (tmp_path / "results/org__model-a/abc123/model_meta.json").write_text("{}")
-    models = tmp_path / "models.csv"
-    models.write_text("encoder,mteb_model\nminilm-l6__out,org/model-a\n")
-    out = tmp_path / "scores.csv"
-    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models), "--out", str(out)]) == 0
-    rows = [line.split(",") for line in out.read_text().splitlines()]
-    assert rows[0] == ["encoder", "task", "score"] and [r[:2] for r in rows[1:]] == [
-        ["minilm-l6__out", "Banking77Classification"], ["minilm-l6__out", "STS12"]]  # MSMARCO has no test split
-    assert [float(r[2]) for r in rows[1:]] == pytest.approx([0.7, 0.7])
-    models.write_text("encoder,mteb_model\nminilm-l6__out,org/model-b\n")
-    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
-    assert "expected one revision folder for encoder 'minilm-l6__out'" in capsys.readouterr().err
-
-
 def test_worker_processes_do_not_change_the_table(synthetic):
     """The units run side by side in worker processes give the bytes of the serial run."""
     from encmap.downstream.regression import fit_final
@@ -372,21 +346,25 @@ def test_score_table_from_excel_with_a_byte_order_mark(tmp_path):
         read_score_table(f, ["e0"])
 
 
-def test_mteb_scores_refuse_nan_empty_splits_and_short_model_lines(tmp_path, capsys):
-    """Old: a NaN main score or an empty split wrote `nan` with exit 0; a short models line was a traceback."""
+def test_mteb_scores_refuse_short_model_lines_and_results_with_no_score(tmp_path, capsys):
+    """A short models line was a traceback; results that give no score at all are an error naming
+    where to look (a NaN file among good ones is left out: tests/test_mteb_results.py)."""
     from encmap.cli import main
 
     d = tmp_path / "results/org__m/rev"
     d.mkdir(parents=True)
+    (d / "STS12.json").write_text("{")
     models = tmp_path / "models.csv"
     models.write_text("encoder,mteb_model\nmy-encoder,org/m\n")
-    for scores, match in (({"test": [{"main_score": float("nan"), "hf_subset": "default"}]}, "is not a number"),
-                          ({"test": []}, "split 'test' holds no subset")):
-        (d / "STS12.json").write_text(json.dumps({"task_name": "STS12", "scores": scores}))
-        assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
-        assert match in capsys.readouterr().err
+    assert main(["mteb-scores", str(tmp_path), "--models", str(models), "--tasks", "STS12"]) == 2
+    assert "no score for any of 1 models (--sources FILE says why)" in capsys.readouterr().err
+    assert main(["mteb-scores", str(tmp_path), "--models", str(models), "--tasks", "STS12",
+                 "--sources", str(tmp_path / "s.json")]) == 2
+    assert f"(why: {tmp_path / 's.json'})" in capsys.readouterr().err
+    (m,) = json.loads((tmp_path / "s.json").read_text())["models"]
+    assert m["missing"]["STS12"].startswith("every file left out: rev: malformed JSON")
     models.write_text("encoder,mteb_model\nmy-encoder\n")
-    assert main(["mteb-scores", str(tmp_path / "results"), "--models", str(models)]) == 2
+    assert main(["mteb-scores", str(tmp_path), "--models", str(models)]) == 2
     assert "models.csv line 2: no value for 'mteb_model'" in capsys.readouterr().err
 
 

@@ -82,15 +82,29 @@ def main(argv: list[str] | None = None) -> int:
                    help="probe sentences bare (default) or with the model's documented passage prompt")
     z.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
                    help="auto: float32 below 1 B parameters, bfloat16 from 1 B (default)")
+    z.add_argument("--results", help="a local copy of MTEB's results repository: the registry's widths and parameter "
+                                     "counts are checked against its model_meta.json files (default: "
+                                     "regress.mteb.results when that is a local path)")
     zo = z.add_mutually_exclusive_group()
     zo.add_argument("--out", help="write a YAML file holding just models: (snakemake --configfile adds them)")
     zo.add_argument("--append", action="store_true", help="add the entries to the params file (--params)")
     z.add_argument("--replace", action="store_true", help="with --append: replace the params file's models")
-    mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB result files")
-    mt.add_argument("results", help="MTEB results folder (<org__model>/<revision>/<TaskName>.json)")
-    mt.add_argument("--models", required=True, help="CSV encoder,mteb_model: which map encoder each MTEB model is")
-    mt.add_argument("--split", default="test", help="split whose main scores are read (default: %(default)s)")
+    mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB's published results "
+                                             "(the regress stage's reader)")
+    mt.add_argument("results", help="MTEB's results repository (a local copy: results/<org__model>/<revision>/"
+                                    "<Task>.json beneath it), or 'remote' (online, through mteb's cache)")
+    mt.add_argument("--models", required=True,
+                    help="CSV encoder,mteb_model[,revision]: which map encoder each MTEB model is; an empty revision "
+                         "is the registry's pinned one")
+    mt.add_argument("--benchmark", default="MTEB(eng, v1)", help="benchmark whose tasks and subsets (default: "
+                                                                 "%(default)s)")
+    mt.add_argument("--tasks", nargs="+", default=[], metavar="TASK", help="these tasks instead (every subset)")
+    mt.add_argument("--split", default=None,
+                    help="read this split for every task (default: each task's own evaluation splits, e.g. dev "
+                         "for MSMARCO)")
     mt.add_argument("--out", help="write the table here (default: print it)")
+    mt.add_argument("--sources", help="write the sources report here (JSON: per model its revision folders, "
+                                      "tasks scored, tasks missing and why)")
     argv = list(sys.argv[1:] if argv is None else argv)
     passed = argv[argv.index("--") + 1:] if "--" in argv else []  # `encmap repro ... -- <snakemake args>`
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
@@ -186,7 +200,8 @@ def _deps(args) -> int:
 def _zoo(args) -> int:
     import yaml
 
-    from .encoders.catalogue import catalogue, composition, registry_records
+    from .downstream.mteb_results import model_metas
+    from .encoders.catalogue import catalogue, check_metadata, composition, registry_records
     from .io import atomic_write_text
     from .params import append_models, load_params, validate_params
 
@@ -196,6 +211,10 @@ def _zoo(args) -> int:
                               organisations=args.org, name_pattern=args.name, framework=args.framework)
     if not entries:
         raise EncmapError("encmap zoo: no registry record passes these filters")
+    results = args.results or load_params(args.params)["regress"]["mteb"]["results"]
+    conflicts = None
+    if results and results != "remote":
+        conflicts = check_metadata(entries, model_metas(results, [e["meta"]["mteb_name"] for e in entries.values()]))
     if args.replace and not args.append:
         raise EncmapError("encmap zoo: --replace replaces the params file's models, so it needs --append")
     if args.append:  # validated as the new params file before it replaces the old one
@@ -214,16 +233,32 @@ def _zoo(args) -> int:
     for what, counts in composition(entries).items():
         print(f"  by {what}: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12))
               + (f", ... ({len(counts)} in all)" if len(counts) > 12 else ""), file=out)
+    if conflicts is None:
+        print("  registry metadata not checked: give --results (a local copy of MTEB's results)", file=out)
+    else:
+        print(f"  registry metadata contradicted by {results}'s model_meta.json: {len(conflicts)} models "
+              "(written null; meta.metadata_conflicts has both)", file=out)
+        for key, found in sorted(conflicts.items()):
+            print(f"    {key}: " + "; ".join(f"{f} " + ", ".join(f"{v} ({src})" for src, v in by.items())
+                                           for f, by in found.items()), file=out)
     return 0
 
 
 def _mteb_scores(args) -> int:
+    from .downstream.mteb_results import published_scores
+    from .downstream.score_tables import read_models_table, score_table_text
+    from .io import atomic_write_json, atomic_write_text
 
-    from .downstream.score_tables import mteb_scores, read_table, score_table_text
-    from .io import atomic_write_text
-
-    models = {r["encoder"]: r["mteb_model"] for _, r in read_table(args.models, ("encoder", "mteb_model"), "--models")}
-    text = score_table_text(mteb_scores(args.results, models, args.split))
+    models = read_models_table(args.models)
+    pub = published_scores(models, results=args.results, benchmark=args.benchmark, tasks=args.tasks,
+                           split=args.split)
+    print(pub.summary(), file=sys.stderr)
+    if args.sources:
+        atomic_write_json(args.sources, pub.report())
+    if not pub.rows():
+        raise EncmapError(f"MTEB results {args.results}: no score for any of {len(models)} models "
+                          + (f"(why: {args.sources})" if args.sources else "(--sources FILE says why)"))
+    text = score_table_text(pub.rows())
     if args.out:
         atomic_write_text(args.out, text)
     else:

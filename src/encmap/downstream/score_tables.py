@@ -1,9 +1,9 @@
 """Score tables from outside the pipeline (I/O module): a user's CSV, exported MTEB results, groups.
 
 A score table is CSV with columns ``encoder,task,score``: one downstream score of one encoder on
-the map. ``encmap mteb-scores`` writes one from MTEB's own result files (laid out
-``<results>/<org__model>/<revision>/<TaskName>.json``, ``scores -> split -> [{main_score,
-hf_subset, ...}]``), so published MTEB results join the regression as extra targets.
+the map. ``encmap mteb-scores`` writes one from MTEB's published results
+(:mod:`encmap.downstream.mteb_results`, the reader the regress stage uses too), so they can join
+any regression as targets.
 """
 
 from __future__ import annotations
@@ -18,11 +18,13 @@ import numpy as np
 from ..validation import EncmapError
 
 
-def read_table(path: str | Path, columns: tuple[str, ...], what: str) -> list[tuple[int, dict[str, str]]]:
+def read_table(path: str | Path, columns: tuple[str, ...], what: str,
+               optional: tuple[str, ...] = ()) -> list[tuple[int, dict[str, str]]]:
     """A small CSV table's rows as (line number, {column: stripped value}), every value present.
 
     Excel's UTF-8 byte-order mark is dropped; a missing column, a short row, or bytes that are not
-    UTF-8 are errors naming the file and the line.
+    UTF-8 are errors naming the file and the line. ``optional`` columns may be absent or empty
+    (their value is then "").
     """
     p = Path(path)
     if not p.is_file():
@@ -40,7 +42,7 @@ def read_table(path: str | Path, columns: tuple[str, ...], what: str) -> list[tu
         missing = [c for c in columns if row.get(c) is None or not str(row[c]).strip()]
         if missing:
             raise EncmapError(f"{what} {p} line {i}: no value for {missing[0]!r}")
-        rows.append((i, {c: str(row[c]).strip() for c in columns}))
+        rows.append((i, {c: str(row[c]).strip() for c in columns} | {c: str(row.get(c) or "").strip() for c in optional}))
     return rows
 
 
@@ -84,55 +86,24 @@ def read_groups(path: str | Path, encoders: list[str]) -> list[str]:
     return [g[e] for e in encoders]
 
 
-def mteb_scores(results: str | Path, models: dict[str, str], split: str = "test") -> list[dict[str, object]]:
-    """Rows ``{encoder, task, score}`` from an MTEB results directory.
+def read_models_table(path: str | Path) -> dict[str, tuple[str, str | None]]:
+    """``encoder -> (MTEB model name, revision or None)`` from a CSV ``encoder,mteb_model[,revision]``.
 
-    Parameters
-    ----------
-    results : path
-        MTEB's results folder (``<org__model>/<revision>/<TaskName>.json`` beneath it).
-    models : dict
-        Encoder id on the map -> MTEB model name (``org/model`` or ``org__model``).
-    split : str
-        The split whose main scores are read (MTEB: ``test`` for most tasks).
-
-    Returns
-    -------
-    list of dict
-        One row per encoder and task: the mean of ``main_score`` over the task's subsets
-        (languages) in ``split``. A task file without that split is skipped; a model folder
-        that is missing, or has results of several revisions, is an error naming it.
+    An empty or absent revision means the registry's pinned one. An encoder listed twice is an
+    error naming both lines (which MTEB model it is would otherwise depend on the row order).
     """
-    root = Path(results)
-    if not root.is_dir():
-        raise EncmapError(f"MTEB results {root}: not a directory")
-    rows = []
-    for enc, name in sorted(models.items()):
-        mdir = root / name.replace("/", "__")
-        revs = sorted(p for p in mdir.iterdir() if p.is_dir()) if mdir.is_dir() else []
-        if len(revs) != 1:
-            raise EncmapError(f"MTEB results {mdir}: expected one revision folder for encoder {enc!r}, "
-                              f"found {[r.name for r in revs]}")
-        for f in sorted(revs[0].glob("*.json")):
-            if f.name == "model_meta.json":
-                continue
-            try:
-                data = json.loads(f.read_text(encoding="utf-8"))
-                subsets = data["scores"].get(split)
-                if subsets is None:
-                    continue
-                values = [float(s["main_score"]) for s in subsets]
-            except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as e:
-                raise EncmapError(f"MTEB result {f}: not an MTEB result file ({type(e).__name__}: {e})") from None
-            if not values:
-                raise EncmapError(f"MTEB result {f}: split {split!r} holds no subset, so no score")
-            if not np.all(np.isfinite(values)):
-                raise EncmapError(f"MTEB result {f}: a main_score of split {split!r} is not a number ({values})")
-            score = float(np.mean(values))
-            rows.append({"encoder": enc, "task": data.get("task_name", f.stem), "score": score})
-    if not rows:
-        raise EncmapError(f"MTEB results {root}: no '{split}' scores for any of {sorted(models.values())}")
-    return rows
+    p = Path(path)
+    out: dict[str, tuple[str, str | None]] = {}
+    line_of: dict[str, int] = {}
+    for i, row in read_table(p, ("encoder", "mteb_model"), "--models", optional=("revision",)):
+        e = row["encoder"]
+        if e in out:
+            raise EncmapError(f"--models {p} line {i}: encoder {e!r} is mapped twice (lines {line_of[e]} and {i})")
+        line_of[e] = i
+        out[e] = (row["mteb_model"], row["revision"] or None)
+    if not out:
+        raise EncmapError(f"--models {p}: no rows")
+    return out
 
 
 def score_table_text(rows: list[dict[str, object]]) -> str:

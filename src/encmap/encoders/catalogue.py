@@ -28,6 +28,21 @@ confound the comparison. ``prompt="document"``: the passage/document prompt the 
 documents for the model (``model_prompts``: e.g. E5's ``passage: ``), "" where it documents
 none or where the model's passage instruction depends on the task. The choice is written in
 each entry (``prompt`` and ``meta.prompt``) and so in every artifact's provenance.
+
+How MTEB scored the model is recorded beside it (``meta.mteb_scored_with``): ``none`` (bare
+texts), ``prompts`` (the fixed prefixes of ``model_prompts``, e.g. E5's ``query: `` /
+``passage: ``) or ``instructions`` (task instructions: an instruction template, or prompts the
+checkpoint itself defines). For the last two the published scores belong to the model *used
+with* those texts, not to the bare-sentence encoder on the map; ``regress.mteb.bare_only``
+keeps the targets to models scored without any.
+
+Metadata the registry gets wrong
+--------------------------------
+The registry's width and parameter count are checked against what MTEB's results say of the
+same model (each revision folder's ``model_meta.json``; :func:`check_metadata`). Where they
+contradict, the entry does not copy the registry's number (``null``) and records both in
+``meta.metadata_conflicts``; ``encmap zoo`` counts and lists them. The map's ``dimension`` is
+never the registry's: it is the width encmap measures on the embeddings.
 """
 
 from __future__ import annotations
@@ -47,9 +62,16 @@ ST_LOADERS = ("SentenceTransformerEncoderWrapper", "InstructSentenceTransformerM
 DECODER_TYPES = frozenset({"llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "gemma",
                            "gemma2", "gemma3", "gemma3_text", "phi", "phi3", "olmo", "olmo2", "gpt2", "gptj",
                            "gpt_neox", "falcon", "starcoder2", "stablelm", "internlm2", "minicpm"})
-#: Name fragments of decoder (causal) families, where no checkpoint config is at hand.
-DECODER_NAMES = re.compile(r"qwen|mistral|llama|gemma|phi-|olmo|smollm|e5-mistral|sfr-embedding|linq|gte-qwen",
+#: Name fragments of decoder (causal) families, where no checkpoint config is at hand. Google's
+#: embeddinggemma is Gemma 3 trained with bidirectional attention (its config says so): no decoder.
+DECODER_NAMES = re.compile(r"qwen|mistral|llama|(?<!embedding)gemma|phi-|olmo|smollm|sfr-embedding|linq",
                            re.IGNORECASE)
+#: Two parameter counts of one model contradict each other when they differ by more than this
+#: share (counting conventions differ by a few percent: with or without a pooler, tied
+#: embeddings) and the more precise one, rounded to the other's significant digits, is not the
+#: other (sources round: 1,889,792 is "2,000,000").
+PARAMETERS_RTOL = 0.05
+SCORED_WITH = ("none", "prompts", "instructions")
 PROMPTS = ("none", "document")
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 #: Below this many parameters an entry runs in float32; at or above it, with dtype auto, bfloat16.
@@ -74,8 +96,17 @@ def record_of(meta: Any) -> dict[str, Any]:
         "trust_remote_code": '"trust_remote_code": true' in kwargs,
         "passage_instruction": bool((meta.loader_kwargs or {}).get("apply_instruction_to_passages")),
         "document_prompt": prompts.get("document") or prompts.get("passage") or "",
+        "has_model_prompts": bool(prompts),
+        "instruction_template": bool((meta.loader_kwargs or {}).get("instruction_template")),
         "max_tokens": meta.max_tokens,
     }
+
+
+def scored_with(r: dict[str, Any]) -> str:
+    """How mteb embeds the model's texts when it scores it (one of :data:`SCORED_WITH`)."""
+    if r["has_model_prompts"] and not r["instruction_template"]:
+        return "prompts"
+    return "instructions" if r["use_instructions"] or r["instruction_template"] else "none"
 
 
 def registry_records() -> list[dict[str, Any]]:
@@ -95,9 +126,12 @@ def registry_records() -> list[dict[str, Any]]:
         except ValueError:
             found = None
         try:
-            r["config_model_type"] = json.loads(Path(found).read_text())["model_type"] if isinstance(found, str) else None
+            config = json.loads(Path(found).read_text()) if isinstance(found, str) else {}
+            r["config_model_type"] = config["model_type"] if config else None
         except (OSError, ValueError, KeyError):
-            r["config_model_type"] = None
+            config, r["config_model_type"] = {}, None
+        # A decoder architecture trained bidirectionally (embeddinggemma: gemma3_text) is no decoder.
+        r["config_bidirectional"] = bool(config.get("use_bidirectional_attention")) if isinstance(config, dict) else False
         out.append(r)
     return sorted(out, key=lambda r: r["name"])
 
@@ -168,7 +202,7 @@ def entry(r: dict[str, Any], by_name: dict[str, dict[str, Any]], *, prompt: str 
     org = r["name"].split("/")[0]
     root = family_root(r["name"], by_name)
     config_type = r.get("config_model_type")
-    decoder = (config_type in DECODER_TYPES if config_type
+    decoder = (config_type in DECODER_TYPES and not r.get("config_bidirectional") if config_type
                else bool(DECODER_NAMES.search(r["name"]) or (root and DECODER_NAMES.search(root))))
     text = r["document_prompt"] if prompt == "document" and not r["passage_instruction"] else ""
     year = int(r["release_date"][:4]) if r["release_date"] else None
@@ -191,6 +225,7 @@ def entry(r: dict[str, Any], by_name: dict[str, dict[str, Any]], *, prompt: str 
             "derived_from": {"model": r["adapted_from"], "relation": "adapted"} if r["adapted_from"] else None,
             "language_scope": language_scope(r["languages"]), "license": r["license"], "release_year": year,
             "instructions": bool(r["use_instructions"]), "prompt": prompt if text else "none",
+            "mteb_scored_with": scored_with(r),
             "mteb_name": r["name"], "mteb_revision": r["revision"],
         },
     }
@@ -268,3 +303,57 @@ def composition(entries: dict[str, dict[str, Any]]) -> dict[str, Counter]:
             "architecture": Counter(m["architecture"] for m in metas),
             "languages": Counter(m["language_scope"] for m in metas),
             "dtype": Counter(e["dtype"] for e in entries.values())}
+
+
+def same_count(a: float, b: float) -> bool:
+    """Whether two parameter counts name the same model (:data:`PARAMETERS_RTOL`, or rounding)."""
+    if abs(a - b) <= PARAMETERS_RTOL * max(abs(a), abs(b)):
+        return True
+
+    def zeros(x: float) -> int:  # trailing zeros of an integer count: how far it was rounded
+        s = str(int(x))
+        return len(s) - len(s.rstrip("0")) if x == int(x) and int(x) else 0
+
+    rounder, precise = (a, b) if zeros(a) >= zeros(b) else (b, a)
+    return round(precise, -zeros(rounder)) == rounder
+
+
+def check_metadata(entries: dict[str, dict[str, Any]],
+                   sightings: dict[str, list[dict[str, Any]]]) -> dict[str, dict[str, dict[str, Any]]]:
+    """Where the registry's width or parameter count contradicts another source, stop copying it.
+
+    Parameters
+    ----------
+    entries : model entries by id (changed in place)
+    sightings : mteb name -> what other sources say of it: dicts with ``source`` (e.g.
+        ``results/<org__model>/external/model_meta.json``), ``embed_dim``, ``n_parameters``
+
+    Returns
+    -------
+    dict
+        id -> field (``width`` / ``parameters``) -> {source: value} (the registry's first), for
+        every contradicted field; those entries get ``null`` there and the same in
+        ``meta.metadata_conflicts``. A width contradicts when it differs at all, a parameter
+        count when it differs by more than :data:`PARAMETERS_RTOL`.
+    """
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for key, e in entries.items():
+        meta = e["meta"]
+        claims = {"width": meta["width"], "parameters": meta["parameters"]}
+        found: dict[str, dict[str, Any]] = {}
+        for seen in sightings.get(meta["mteb_name"], []):
+            for field_, other in (("width", seen.get("embed_dim")), ("parameters", seen.get("n_parameters"))):
+                mine = claims[field_]
+                if isinstance(other, list):  # Matryoshka sizes: the full width is the largest
+                    other = max(other) if other else None
+                if mine is None or not isinstance(other, (int, float)) or isinstance(other, bool):
+                    continue
+                differs = other != mine if field_ == "width" else not same_count(other, mine)
+                if differs:
+                    found.setdefault(field_, {"mteb registry": mine})[seen["source"]] = other
+        if found:
+            out[key] = found
+            for field_ in found:
+                meta[field_] = None
+            meta["metadata_conflicts"] = found
+    return out

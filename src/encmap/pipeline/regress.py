@@ -16,7 +16,7 @@ from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
 from ..downstream.regression import REGRESSORS, fit_final, regression_table, require_groups, summary
-from ..downstream.score_tables import read_groups, read_score_table
+from ..downstream.score_tables import read_groups, read_score_table, score_table_text
 from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, read_json, rounded, write_h5
 from ..validation import EncmapError
 
@@ -108,7 +108,9 @@ def table_text(rows: list[dict[str, Any]]) -> str:
 
 def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any],
                  jobs: int | None = None) -> None:
-    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors.
+    """``results/regression/``: table, predictions, scores, metrics, figure, fitted regressors, and the
+    published MTEB targets (``mteb_scores``: the table ``encmap mteb-scores`` writes) with their
+    sources report (``mteb_sources``).
 
     ``jobs``: worker processes for the independent fits (the outputs do not depend on it).
     """
@@ -121,16 +123,19 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
             scores.setdefault(e, {}).update(s)
         tasks += [t for t in table["tasks"] if t not in tasks]
     mt = regress["mteb"]
+    published = None
     if mt["results"] is not None:
-        published, names = published_scores(mteb_models(fm["records"]), results=mt["results"],
-                                            benchmark=mt["benchmark"], tasks=mt["tasks"], split=mt["split"])
-        for e, s in published.items():
+        published = published_scores(mteb_models(fm["records"], mt["bare_only"]), results=mt["results"],
+                                     benchmark=mt["benchmark"], tasks=mt["tasks"], split=mt["split"])
+        print(published.summary(), file=sys.stderr)
+        for e, s in published.scores.items():
+            s = {PREFIX + t: v for t, v in s.items()}
             clash = set(s) & set(scores.get(e, {}))
             if clash:
                 raise EncmapError(f"encoder {e!r}: {sorted(clash)[0]} is both run (evaluate.mteb) and read from "
                                   "published results (regress.mteb); keep one")
             scores.setdefault(e, {}).update(s)
-        tasks += [t for t in names if t not in tasks]
+        tasks += [PREFIX + t for t in published.tasks if PREFIX + t not in tasks]
     groups = [r["model"] for r in fm["records"]]
     res = run_regression(fm, scores, tasks, groups, regress, jobs)
     tasks = res["tasks"]
@@ -153,8 +158,14 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {
         "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
         "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures),
-        "tasks_with_too_few_scores": len(res["left_out"])})
+        "tasks_with_too_few_scores": len(res["left_out"])}
+        | ({f"mteb_{k}": published.counts()[k] for k in ("models_with_a_score", "models_complete", "scores",
+                                                          "files_left_out")} if published else {}))
     atomic_write_json(out["failures"], {"failures": failures})
+    # The published targets as encmap mteb-scores writes them, and where each one comes from.
+    atomic_write_text(out["mteb_scores"], score_table_text(published.rows() if published else []))
+    atomic_write_json(out["mteb_sources"], published.report() if published else
+                      {"split": None, "counts": None, "models": [], "note": "regress.mteb.results is null"})
 
 
 def predict_scores(regressors: str | Path, F: np.ndarray,
