@@ -4,8 +4,11 @@ Old: each of these ended with `snakemake --cores 2` exiting 0 on a wrong result,
 "Nothing to be done" while the damage stayed: another encoder's embeddings accepted (qre.h5 listed
 one encoder twice), a sentence file cut after curation used as it was, a truncated / NaN /
 reshaped embeddings file or a deleted features file left in place, an edited pair result reused.
-Now the ledger (encmap.integrity) moves a damaged output aside and its job runs again, and where
-the ledger cannot know (a project copied without .snakemake), each reader refuses the file.
+Now the ledger (encmap.integrity) reruns the job of a damaged output (Snakemake's --forcerun), and
+where the ledger cannot know (a project copied without .snakemake), each reader refuses the file.
+A dry run only reports (old: it dropped the damaged files' entries, so the next run recorded the
+damage as good), and the mark stays until the job has rewritten the output (old: the output was
+moved aside and stayed gone when the run's targets did not need it).
 """
 
 from __future__ import annotations
@@ -57,19 +60,65 @@ def ids(proj: Path) -> list[str]:
     return read_feature_matrix(proj / "results/features/qre.h5")["ids"]
 
 
-def test_another_encoders_file_is_moved_aside_and_made_again(built, tmp_path):
+def ledger(proj: Path) -> list:
+    import sqlite3
+
+    with sqlite3.connect(proj / ".snakemake/encmap/ledger.sqlite") as con:
+        return [sorted(con.execute(f"SELECT * FROM {t}")) for t in ("files", "damaged")]
+
+
+def test_another_encoders_file_is_made_again_even_when_the_target_does_not_need_it(built, tmp_path):
+    """Old: the damaged directory was moved aside ("its job reruns"), the requested target did not
+    need it, and results/embeddings/lsa stayed gone."""
     proj = copy(built, tmp_path)
     before = hashes(proj)
     shutil.copy(proj / "results/embeddings/gauss/gauss__out.h5", proj / "results/embeddings/lsa/lsa__d8.h5")
     (proj / "results/embeddings/lsa/.snakemake_timestamp").touch()
-    r = run("snakemake --cores 2", proj)
+    r = run("snakemake --cores 2 results/features/qre.h5", proj)
     assert "results/embeddings/lsa/lsa__d8.h5: changed since encmap wrote it" in r.stderr
-    assert "moved results/embeddings/lsa aside" in r.stderr
+    assert "its job reruns (results/embeddings/lsa)" in r.stderr
     assert ids(proj) == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max"]
-    assert hashes(proj) == before  # made again, byte for byte
-    aside = list((proj / ".snakemake/encmap/damaged").glob("*/results/embeddings/lsa/lsa__d8.h5"))
-    assert len(aside) == 1  # kept as evidence
-    assert nothing_to_do(proj)
+    assert hashes(proj) == before  # made again, byte for byte, nothing gone
+    r = run("snakemake -n results/features/qre.h5", proj)
+    assert "Nothing to be done" in r.stdout + r.stderr and ledger(proj)[1] == []
+
+
+def test_a_dry_run_changes_nothing_and_the_damage_is_reported_until_remade(built, tmp_path):
+    """Old: `snakemake -n` said "dry run: nothing moved" but dropped the swapped files' ledger
+    entries; the next `snakemake` recorded the swapped bytes as good ("Nothing to be done")."""
+    proj = copy(built, tmp_path)
+    before, recorded = hashes(proj), ledger(proj)
+    a, b = proj / "results/pip/lsa/lsa__d8.h5", proj / "results/pip/lsa/lsa__d16.h5"
+    da, db = a.read_bytes(), b.read_bytes()
+    a.write_bytes(db)
+    b.write_bytes(da)
+    for _ in range(2):  # the message is kept: each dry run reports it, and changes nothing
+        r = run("snakemake -n", proj)
+        assert "results/pip/lsa/lsa__d8.h5: changed since encmap wrote it" in r.stderr
+        assert "results/pip/lsa/lsa__d16.h5: changed since encmap wrote it" in r.stderr
+        assert "dry run: nothing changed" in r.stderr
+        assert ledger(proj) == recorded
+    r = run("snakemake --cores 2", proj)
+    assert "Nothing to be done" not in r.stdout + r.stderr
+    assert hashes(proj) == before and nothing_to_do(proj) and ledger(proj)[1] == []
+
+
+def test_a_failed_run_keeps_the_damage_marked(built, tmp_path):
+    """A run that ends before the damaged output's job (here: a target that does not need it is
+    refused before any job) records the other artifacts but not the damaged bytes as good."""
+    proj = copy(built, tmp_path)
+    before = hashes(proj)
+    emb = proj / "results/embeddings/gauss/gauss__out.h5"
+    emb.write_bytes(emb.read_bytes()[:1000])
+    r = run("snakemake --cores 2 --allowed-rules map results/map/map.html", proj, check=False)
+    assert "results/embeddings/gauss/gauss__out.h5: changed since encmap wrote it" in r.stderr
+    from encmap.integrity import record
+
+    record(proj)  # what onerror does
+    assert [p for p, _ in ledger(proj)[1]] == ["results/embeddings/gauss/gauss__out.h5"]
+    r = run("snakemake --cores 2", proj)
+    assert "gauss__out.h5: changed since encmap wrote it" in r.stderr
+    assert hashes(proj) == before and nothing_to_do(proj)
 
 
 def test_without_the_ledger_the_reader_refuses_another_encoders_file(built, tmp_path):
@@ -88,7 +137,7 @@ def test_a_sentence_file_cut_after_curation(built, tmp_path):
     proj = copy(built, tmp_path)
     lines = (proj / txt).read_text().splitlines(keepends=True)
     (proj / txt).write_text("".join(lines[:100]))
-    r = run("snakemake --cores 2", proj)  # the ledger moves it aside: curated again
+    r = run("snakemake --cores 2", proj)  # the ledger reruns its job: curated again
     assert f"{txt}: changed since encmap wrote it" in r.stderr
     assert (proj / txt).read_text() == "".join(lines)
     assert read_feature_matrix(proj / "results/features/qre.h5")["F"].shape[1] == 150

@@ -9,12 +9,13 @@ So encmap keeps a ledger (``.snakemake/encmap/ledger.sqlite``, local like Snakem
 metadata) of every file under ``data/`` and ``results/``: size, modification time and sha256,
 recorded when a run ends (:func:`record`). When the next run starts (:func:`verify`, from
 ``rules/common.smk``), a file whose size or time changed is hashed again: the same content (a
-``dvc checkout``, ``snakemake --touch``) only refreshes its entry; other content, or a recorded
-file that is gone, is damage. Damage is reported naming the file, and the damaged output (the file, or the directory
-output holding it) is moved aside into ``.snakemake/encmap/damaged/<time>/``, kept as evidence:
-``rule all`` requests every artifact, so Snakemake must make it again, and the jobs after it
-follow. A changed modification time would not do: Snakemake 9 compares small inputs by checksum,
-and does not remake a missing intermediate file when the files after it are up to date.
+``dvc checkout``, ``snakemake --touch``) only refreshes its entry; other content, or a file gone
+from a directory output, is damage. Damage is reported naming the file, the damaged content is
+noted beside the good entry (which is kept), and the output holding it (the file, or the
+directory output) is handed to Snakemake as ``--forcerun``: its job runs again in this run,
+whatever the run's targets, and the jobs after it follow. Nothing is moved or deleted. Until
+the job has rewritten it, the output stays marked damaged: a run that fails first, or a dry run
+(which only reports and changes nothing), leaves the mark, and the next run reports it again.
 
 Only stat calls when nothing changed; only changed files are hashed. Under DVC (``DVC_STAGE`` is
 set) both steps stand aside: DVC hashes every output itself.
@@ -64,6 +65,8 @@ def _connect(root: Path) -> sqlite3.Connection:
     con = sqlite3.connect(db, timeout=60)
     con.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
                 "sha256 TEXT)")
+    # Content found damaged (a file's sha256 that is not the recorded one), until its job rewrites it.
+    con.execute("CREATE TABLE IF NOT EXISTS damaged (path TEXT PRIMARY KEY, sha256 TEXT)")
     return con
 
 
@@ -75,78 +78,86 @@ def _owner(rel: str, dir_outputs: Iterable[str]) -> str:
     return rel
 
 
-def _move_aside(root: Path, owner: str, aside: Path | None) -> str:
-    """Move a damaged output out of the way (so Snakemake makes it again); say where it went."""
-    p = root / owner
-    if aside is None or not p.exists():
-        return f"its job reruns once {owner} is made again"
-    target = aside / owner
-    target.parent.mkdir(parents=True, exist_ok=True)
-    os.replace(p, target)
-    return f"moved {owner} aside to {target.relative_to(root)}; its job reruns"
-
-
-def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), move: bool = True) -> list[str]:
-    """Find artifacts whose content changed (or that vanished) since encmap recorded them.
+def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: bool = False) -> tuple[list[str], list[str]]:
+    """Find artifacts whose content changed (or that vanished from a directory output) since
+    encmap recorded them.
 
     Parameters
     ----------
     root : the workflow root
     dir_outputs : the directory outputs (relative paths, e.g. ``results/embeddings/<model>``):
         damage to a file inside one reruns the job that writes the whole directory.
-    move : move damaged outputs aside (False: only report them, e.g. in a dry run)
+    dry_run : only report: the ledger is left exactly as it is.
 
     Returns
     -------
-    list of str
-        One message per damaged file. Files without an entry (never recorded: a fresh clone, a
-        first run) are recorded as they are.
+    messages : list of str
+        One per damaged file, naming it.
+    rerun : list of str
+        The outputs whose jobs must run again (files or directory outputs), sorted.
     """
-    import time
-
     root = Path(root)
     dir_outputs = list(dir_outputs)
-    aside = root / LEDGER.rsplit("/", 1)[0] / "damaged" / time.strftime("%Y%m%dT%H%M%S") if move else None
     found = _files(root)
-    damaged: list[str] = []
+    messages: list[str] = []
+    rerun: set[str] = set()
     with closing(_connect(root)) as con, con:
         known = {p: (size, mtime, sha) for p, size, mtime, sha in con.execute("SELECT * FROM files")}
+        marked = dict(con.execute("SELECT * FROM damaged"))
         for rel, (size, mtime, sha) in known.items():
             st = found.get(rel)
+            owner = _owner(rel, dir_outputs)
             if st is None:
-                owner = _owner(rel, dir_outputs)
                 if owner != rel and (root / owner).is_dir():  # a file gone from a directory output
-                    damaged.append(f"{rel}: missing from {owner}, which encmap writes whole; "
-                                   + _move_aside(root, owner, aside))
-                con.execute("DELETE FROM files WHERE path = ?", (rel,))
+                    messages.append(f"{rel}: missing from {owner}, which encmap writes whole; its job reruns")
+                    rerun.add(owner)
+                elif not dry_run:  # gone with its output (a dropped variant, a model out of params)
+                    con.execute("DELETE FROM files WHERE path = ?", (rel,))
+                    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 continue
-            if (st.st_size, st.st_mtime_ns) == (size, mtime) or not (root / rel).exists():  # (moved aside)
+            if (st.st_size, st.st_mtime_ns) == (size, mtime) and rel not in marked:
                 continue
             now = file_sha256(root / rel)
             if now == sha:  # same bytes, new time: a checkout, a copy, `snakemake --touch`
-                con.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?", (st.st_size, st.st_mtime_ns, rel))
+                if not dry_run:
+                    con.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
+                                (st.st_size, st.st_mtime_ns, rel))
+                    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 continue
-            owner = _owner(rel, dir_outputs)
-            damaged.append(f"{rel}: changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…); "
-                           + _move_aside(root, owner, aside))
-            con.execute("DELETE FROM files WHERE path = ?", (rel,))
-        for rel, st in found.items():
-            if rel not in known and (root / rel).exists():  # (not moved aside above)
-                con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                            (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
-    return damaged
+            messages.append(f"{rel}: changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…); "
+                            f"its job reruns ({owner})")
+            rerun.add(owner)
+            if not dry_run:
+                con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, now))
+        if not dry_run:
+            for rel, st in found.items():
+                if rel not in known:  # never recorded (a fresh clone, a first run): as it is
+                    con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
+                                (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
+    return messages, sorted(rerun)
 
 
 def record(root: str | Path = ".") -> None:
-    """Record every artifact as it is now (hashing only new or changed files): a run's outputs."""
+    """Record every artifact as it is now (hashing only new or changed files): a run's outputs.
+
+    A file marked damaged that still holds the damaged content (its job did not run) keeps its
+    good entry and its mark.
+    """
     root = Path(root)
     found = _files(root)
     with closing(_connect(root)) as con, con:
         known = {p: (size, mtime) for p, size, mtime, _ in con.execute("SELECT * FROM files")}
+        marked = dict(con.execute("SELECT * FROM damaged"))
         for rel in set(known) - set(found):
             con.execute("DELETE FROM files WHERE path = ?", (rel,))
         for rel, st in found.items():
-            if known.get(rel) != (st.st_size, st.st_mtime_ns):
+            if rel in marked:
+                now = file_sha256(root / rel)
+                if now == marked[rel]:
+                    continue
+                con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
+                con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (rel, st.st_size, st.st_mtime_ns, now))
+            elif known.get(rel) != (st.st_size, st.st_mtime_ns):
                 con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
                             (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
 
@@ -165,9 +176,11 @@ def active(workflow) -> bool:
 
 
 def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None = None) -> None:
-    """``rules/common.smk``, before the DAG is built: report damaged artifacts and move them aside.
+    """``rules/common.smk``, before the DAG is built: report damaged artifacts and rerun their jobs.
 
-    A dry run (``-n``) only reports; ``--touch`` re-stamps every output and is left alone. The
+    Their outputs join Snakemake's ``--forcerun`` (which also makes them targets of this run). A
+    dry run (``-n``) only reports and changes nothing; ``--touch`` re-stamps every output and is
+    left alone. The
     executor (which knows both) is not set up yet when the Snakefile is read: the flags come from
     Snakemake's command line.
     """
@@ -175,8 +188,28 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
     if not active(workflow) or _flag(argv, ("--touch",), "t"):
         return
     dry = _flag(argv, ("--dry-run", "--dryrun"), "n")
-    for message in verify(Path(workflow.basedir), dir_outputs, move=not dry):
-        print(f"encmap: {message}" + (" (dry run: nothing moved)" if dry else ""), file=sys.stderr)
+    messages, rerun = verify(Path(workflow.basedir), dir_outputs, dry_run=dry)
+    for message in messages:
+        print(f"encmap: {message}" + (" (dry run: nothing changed; a run reruns it)" if dry else ""), file=sys.stderr)
+    if rerun and not dry:
+        force_rerun(workflow, rerun)
+
+
+def force_rerun(workflow, outputs: Iterable[str]) -> None:
+    """Add ``outputs`` to Snakemake's ``--forcerun`` for the DAG this workflow builds.
+
+    The DAG settings do not exist yet while the Snakefile is read (Snakemake sets them after
+    parsing): they are amended where Snakemake reads them, in ``Workflow._prepare_dag``.
+    """
+    prepare = workflow._prepare_dag
+    outputs = frozenset(outputs)
+
+    def _prepare_dag(*args, **kwargs):
+        settings = workflow.dag_settings
+        settings.forcerun = frozenset(settings.forcerun) | outputs
+        return prepare(*args, **kwargs)
+
+    workflow._prepare_dag = _prepare_dag
 
 
 def record_for_snakemake(workflow, argv: list[str] | None = None) -> None:
