@@ -8,8 +8,8 @@ rule agreement:
         rbf="results/similarity/cka_rbf.h5",
         stitches="results/similarity/stitches.json",
     output:
-        agreement="results/similarity/agreement.csv",
-        metrics="results/similarity/metrics.json",
+        agreement=update("results/similarity/agreement.csv"),
+        metrics=update("results/similarity/metrics.json"),
         **SIMILARITY_FIGURES,
     conda:
         "../envs/encmap.yaml"

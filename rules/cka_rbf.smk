@@ -6,7 +6,7 @@ rule cka_rbf:
         embeddings=expand("results/embeddings/{model}", model=MODELS),
     output:
         rbf=update("results/similarity/cka_rbf.h5"),
-        timing="results/similarity/cka_rbf.timing.json",
+        timing=update("results/similarity/cka_rbf.timing.json"),
     params:
         subset=config["similarity"]["subset"],
         rbf=config["similarity"]["rbf"],

@@ -4,13 +4,13 @@ rule embed:
     input:
         SENTENCES,
     output:
-        directory("results/embeddings/{model}"),
+        update(directory("results/embeddings/{model}")),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
-        spec=lambda wc: config["models"][wc.model],
+        spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],
-        on_error=config["embed"]["on_error"],
+        on_error=config["embed"]["on_error"],  # whether a failure stops the run: changes no output
     threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; 1 for one-core backends
     priority: 1  # before evaluate: a model the pipeline makes (distilled, trained) is then made here and reused there
     log:

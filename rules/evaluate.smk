@@ -5,10 +5,10 @@ rule evaluate:
         tasks="data/eval/tasks.json",
         sentences=SENTENCES,
     output:
-        directory("results/eval/{model}"),
+        update(directory("results/eval/{model}")),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
-        spec=lambda wc: config["models"][wc.model],
+        spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it
         evaluate=config["evaluate"],
         degenerate=config["embed"]["degenerate"],
     conda:

@@ -4,7 +4,7 @@ rule features:
         LAYOUT["pip"],
         "results/embeddings/{model}",  # U is derived from them (the PIP artifact stores no U)
     output:
-        LAYOUT["features"],
+        update(LAYOUT["features"]),
     params:
         direction=config["qre"]["direction"],
         eps=config["qre"]["eps"],

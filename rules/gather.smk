@@ -5,9 +5,11 @@ rule gather:
     input:
         FEATURES,
     output:
-        features="results/features/qre.h5",
-        metrics="results/features/metrics.json",
-        failures="results/features/failures.json",  # models that failed under embed.on_error: skip
+        features=update("results/features/qre.h5"),
+        metrics=update("results/features/metrics.json"),
+        failures=update("results/features/failures.json"),  # models that failed under embed.on_error: skip
+    params:
+        meta={m: config["models"][m]["meta"] for m in MODELS},  # what the map shows of each model
     log:
         "logs/gather.log",
     run:

@@ -7,12 +7,12 @@ rule map:
         pairwise="results/similarity/qre_pairwise.h5",
         predictions="results/regression/predictions.csv",  # hover: measured and predicted scores
     output:
-        coords="results/map/coords.csv",
-        neighbours="results/map/neighbours.csv",
-        html="results/map/map.html",
-        model="results/map/model.h5",
-        metrics="results/map/metrics.json",
-        timing="results/map/timing.json",
+        coords=update("results/map/coords.csv"),
+        neighbours=update("results/map/neighbours.csv"),
+        html=update("results/map/map.html"),
+        model=update("results/map/model.h5"),
+        metrics=update("results/map/metrics.json"),
+        timing=update("results/map/timing.json"),
         **MAP_FIGURES,
     params:
         map=config["map"],

@@ -10,7 +10,7 @@ rule pairwise:
     output:
         qre=update("results/similarity/qre_pairwise.h5"),
         cka=update("results/similarity/cka.h5"),
-        timing="results/similarity/qre_pairwise.timing.json",
+        timing=update("results/similarity/qre_pairwise.timing.json"),
     params:
         eps=config["qre"]["eps"],
         device=config["pairwise"]["device"],

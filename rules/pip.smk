@@ -3,7 +3,7 @@ rule pip:
     input:
         "results/embeddings/{model}",
     output:
-        LAYOUT["pip"],
+        update(LAYOUT["pip"]),
     params:
         tol=config["pip"]["tol"],
         dense_max_n=config["pip"]["dense_max_n"],

@@ -8,16 +8,16 @@ rule regress:
         # published MTEB scores read from a local copy of MTEB's results (regress.mteb.results)
         mteb=[r for r in [config["regress"]["mteb"]["results"]] if r not in (None, "remote")],
     output:
-        metrics="results/regression/metrics.json",
-        table="results/regression/table.csv",
-        predictions="results/regression/predictions.csv",
-        scores="results/regression/scores.csv",
-        regressors="results/regression/regressors.h5",
-        failures="results/regression/failures.json",  # every model that failed (embed or evaluate, on_error: skip)
-        mteb_scores="results/regression/mteb_scores.csv",  # published MTEB targets (regress.mteb), encoder,task,score
-        mteb_sources="results/regression/mteb_sources.json",  # where each comes from; what is missing and why
-        figure_png="results/regression/figures/predicted.png",
-        figure_svg="results/regression/figures/predicted.svg",
+        metrics=update("results/regression/metrics.json"),
+        table=update("results/regression/table.csv"),
+        predictions=update("results/regression/predictions.csv"),
+        scores=update("results/regression/scores.csv"),
+        regressors=update("results/regression/regressors.h5"),
+        failures=update("results/regression/failures.json"),  # every model that failed (embed or evaluate, on_error: skip)
+        mteb_scores=update("results/regression/mteb_scores.csv"),  # published MTEB targets (regress.mteb), encoder,task,score
+        mteb_sources=update("results/regression/mteb_sources.json"),  # where each comes from; what is missing and why
+        figure_png=update("results/regression/figures/predicted.png"),
+        figure_svg=update("results/regression/figures/predicted.svg"),
     params:
         regress=config["regress"],
     conda:

@@ -6,8 +6,8 @@ rule stitch:
         embeddings=expand("results/embeddings/{model}", model=MODELS),
     output:
         stitches=update("results/similarity/stitches.json"),
-        csv="results/similarity/stitches.csv",
-        timing="results/similarity/stitch.timing.json",
+        csv=update("results/similarity/stitches.csv"),
+        timing=update("results/similarity/stitch.timing.json"),
     params:
         subset=config["similarity"]["subset"],
         stitch=config["similarity"]["stitch"],

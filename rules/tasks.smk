@@ -3,7 +3,7 @@ rule tasks:
     input:
         SENTENCES,
     output:
-        "data/eval/tasks.json",
+        update("data/eval/tasks.json"),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
         evaluate=config["evaluate"],

@@ -63,17 +63,22 @@ def test_gather_refuses_another_encoders_features_and_duplicates(run, tmp_path):
                                                      "direction": "forward", "eps": 1e-6, "qre_to_base": 0.0, "d": 2,
                                                      "degenerate": "", "encoder": json.dumps(
                                                          {"id": f"m{i}__{i}", "model": f"m{i}", "layer": None,
-                                                          "pooling": "output", "dim": None, "spec": {"meta": {}}})})
+                                                          "pooling": "output", "dim": None, "spec": {}})})
         feats.append(str(f))
-    gather_step(feats, str(tmp_path / "qre.h5"))
-    assert read_feature_matrix(tmp_path / "qre.h5")["ids"] == ["m0__0", "m1__1", "m2__2"]
+    meta = {f"m{i}": {"family": f"f{i}"} for i in range(3)}
+    gather_step(feats, str(tmp_path / "qre.h5"), meta=meta)
+    fm = read_feature_matrix(tmp_path / "qre.h5")
+    assert fm["ids"] == ["m0__0", "m1__1", "m2__2"]
+    assert [r["meta"] for r in fm["records"]] == [meta["m0"], meta["m1"], meta["m2"]]  # from params, not the files
+    with pytest.raises(EncmapError, match=r"m2__2\.h5: model 'm2' has no meta .* is it still in params.yaml"):
+        gather_step(feats, str(tmp_path / "qre1.h5"), meta={"m0": {}, "m1": {}})
     shutil.copy(feats[0], feats[2])  # m0__0's file in m2__2's place
     with pytest.raises(EncmapError, match=r"m2__2\.h5: holds the features of encoder 'm0__0' of model 'm0'"):
-        gather_step(feats, str(tmp_path / "qre2.h5"))
+        gather_step(feats, str(tmp_path / "qre2.h5"), meta=meta)
     shutil.copy(feats[1], feats[2])
     with pytest.raises(EncmapError, match="gathered twice"):
-        gather_step(feats[:2] + [feats[1]], str(tmp_path / "qre3.h5"))
-    assert not (tmp_path / "qre2.h5").exists() and not (tmp_path / "qre3.h5").exists()
+        gather_step(feats[:2] + [feats[1]], str(tmp_path / "qre3.h5"), meta=meta)
+    assert not any((tmp_path / f).exists() for f in ("qre1.h5", "qre2.h5", "qre3.h5"))
 
 
 def test_subset_embeddings_and_scores_are_checked_by_id(run, tmp_path):

@@ -46,8 +46,13 @@ def test_cli_params_doc_prints_the_parameters_page(capsys):
     assert capsys.readouterr().out == (REPO / "docs/parameters.md").read_text()
 
 
-def test_cli_prune_removes_only_dropped_variants_and_nothing_on_bad_params(tmp_path, capsys, monkeypatch):
+def test_a_stage_prunes_only_dropped_variants_and_nothing_on_bad_params(tmp_path, capsys, monkeypatch):
+    """`encmap stage pip@<model>` (the command DVC runs) validates params before it touches
+    anything, then removes the per-encoder files no encoder of params makes."""
     import yaml
+
+    from encmap.params import load_params
+    from encmap.repro import _prune, stage_job
 
     monkeypatch.chdir(tmp_path)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -58,9 +63,34 @@ def test_cli_prune_removes_only_dropped_variants_and_nothing_on_bad_params(tmp_p
         (folder / name).write_bytes(b"x")
     bad = params | {"qre": {"direction": "forward", "eps": 1.5}}
     (tmp_path / "bad.yaml").write_text(yaml.safe_dump(bad))
-    assert cli.main(["--params", "bad.yaml", "prune", "pip", "tfidf-svd"]) == 2
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad/params.yaml").write_text(yaml.safe_dump(bad))
+    assert cli.main(["--params", "bad/params.yaml", "stage", "pip@tfidf-svd"]) == 2
     assert "key qre.eps" in capsys.readouterr().err and len(list(folder.iterdir())) == 3  # nothing touched
-    assert cli.main(["prune", "pip", "tfidf-svd"]) == 0
-    assert "removed results/pip/tfidf-svd/tfidf-svd__d64.h5" in capsys.readouterr().out
+    assert cli.main(["stage", "pip@nope"]) == 2
+    assert "stage 'pip@nope': no model 'nope' in params.yaml" in capsys.readouterr().err
+    monkeypatch.delenv("DVC_STAGE", raising=False)
+    assert cli.main(["stage"]) == 2
+    assert "name a stage" in capsys.readouterr().err
+    said = []
+    _prune(tmp_path, load_params(tmp_path / "params.yaml"), stage_job("pip@tfidf-svd", load_params("params.yaml")),
+           None, said.append)
+    assert said == [f"removed {folder / 'tfidf-svd__d64.h5'} (no encoder of params makes it)"]
     assert sorted(p.name for p in folder.iterdir()) == ["tfidf-svd__d128.h5", "tfidf-svd__d512.h5"]
-    assert cli.main(["prune", "pip", "nope"]) == 2
+
+
+def test_zoo_refuses_counts_and_patterns_that_are_not(capsys):
+    """Old: --limit -5 gave all but the last 5 models, --max-params nan was taken (and changed what
+    was counted), --name '([' ended in a re.error traceback."""
+    import pytest
+
+    for args, match in ((["--limit", "-5"], "argument --limit: '-5': give a count of at least 1"),
+                        (["--limit", "0"], "give a count of at least 1"),
+                        (["--max-params", "nan"], "argument --max-params: 'nan': a parameter count is a finite number"),
+                        (["--min-params", "-1"], "a parameter count is a finite number >= 0")):
+        with pytest.raises(SystemExit) as e:
+            cli.main(["zoo", *args])
+        assert e.value.code == 2 and match in capsys.readouterr().err, args
+    assert cli.main(["zoo", "--name", "(["]) == 2
+    err = capsys.readouterr().err
+    assert "--name '([' is not a regular expression" in err and "Traceback" not in err

@@ -31,6 +31,7 @@ from encmap.deps import (
     write_slices,
 )
 from encmap.params import load_params
+from encmap.repro import stage_job
 from encmap.validation import EncmapError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,25 +80,34 @@ def test_each_stage_reads_its_params_from_its_slice_and_a_slice_changes_with_its
     assert ALL_STAGES["params"]["params"] == [{"params.yaml": None}]
     params = load_params(REPO / "params.yaml")
     before = param_slices(params)
+    entry = {k: v for k, v in params["models"]["minilm-l6"].items() if k != "meta"}
     assert json.loads(before["results/params/embed/minilm-l6.json"]) == {
-        "models.minilm-l6": params["models"]["minilm-l6"], "embed": params["embed"],
+        "models.minilm-l6": entry, "embed": {k: v for k, v in params["embed"].items() if k != "on_error"},
         "sentences.n": params["sentences"]["n"]}
-    assert len(before) == 9 + 2 * len(params["models"])
+    assert json.loads(before["results/params/gather.json"]) == {
+        "models.*.meta": {m: spec["meta"] for m, spec in params["models"].items()}}
+    assert len(before) == 10 + 2 * len(params["models"])
     for key, value, changed in (
         ("models.glove-6b-50d.seed", 7, {"results/params/embed/glove-6b-50d.json",
                                          "results/params/evaluate/glove-6b-50d.json"}),
         ("qre.eps", 0.001, {"results/params/features.json", "results/params/pairwise.json"}),
         ("qre.direction", "backward", {"results/params/features.json"}),
         ("map.perplexity", 5, {"results/params/map.json"}),
+        # Old: each of these reran every model's embed and evaluate, whose outputs they do not change.
+        ("models.glove-6b-50d.meta.mteb_name", "org/glove", {"results/params/gather.json"}),
+        ("embed.on_error", "skip", set()),
+        ("evaluate.on_error", "skip", set()),
     ):
         after = param_slices(with_param(params, key, value))
         assert {k for k in before if before[k] != after[k]} == changed, key
-    # Written only where the text changed; a model dropped from params loses its slices.
+    # Written only where the text changed; a model dropped from params loses its slices, and the
+    # gathering stage's slice changes (it read the dropped model's folder as long as it was there).
     assert len(write_slices(tmp_path, params)) == len(before)
     assert write_slices(tmp_path, params) == []
     fewer = params | {"models": {k: v for k, v in params["models"].items() if k != "tfidf-svd"}}
     assert sorted(write_slices(tmp_path, fewer)) == ["results/params/embed/tfidf-svd.json",
-                                                     "results/params/evaluate/tfidf-svd.json"]
+                                                     "results/params/evaluate/tfidf-svd.json",
+                                                     "results/params/gather.json"]
     assert not (tmp_path / "results/params/embed/tfidf-svd.json").exists()
 
 
@@ -229,7 +239,9 @@ def test_rule_script_step_and_stage_share_one_name():
         script = (REPO / "scripts" / f"{name}.py").read_text()
         assert f"from encmap.pipeline.{name} import {name}_step" in script, name
         assert f"def {name}_step(" in (REPO / "src/encmap/pipeline" / f"{name}.py").read_text(), name
-        assert f"--allowed-rules {name}" in (STAGES[name].get("do") or STAGES[name])["cmd"], name
+        assert (STAGES[name].get("do") or STAGES[name])["cmd"] == "encmap stage", name  # its job: by name
+        params = load_params(REPO / "params.yaml")
+        assert stage_job(name + ("@minilm-l6" if "foreach" in ALL_STAGES[name] else ""), params).rule == name
     assert ALL_STAGES[CODE_STAGE]["cmd"] == "encmap deps --digest"  # DVC bookkeeping, no Snakemake job
     steps = sorted(f.stem for f in (REPO / "src/encmap/pipeline").glob("*.py") if f.stem != "__init__")
     assert steps == rules
@@ -248,23 +260,28 @@ def test_every_stage_depends_on_the_library_stack_and_curate_on_the_sources_file
 def test_each_stage_lists_the_params_its_rule_reads():
     """A param missing from a stage would leave DVC blind to its change (e.g. pip.center)."""
     params = {name: [p.replace("{model}", "${key}") for p in STAGE_PARAMS.get(name, ())] for name in STAGES}
-    assert params == {"curate": ["sentences"], "embed": ["models.${key}", "embed", "sentences.n"], "pip": ["pip"],
-                      "features": ["qre"], "gather": [], "pairwise": ["qre.eps", "pairwise"],
+    assert params == {"curate": ["sentences"], "embed": ["models.${key} except meta", "embed except on_error",
+                                                         "sentences.n"], "pip": ["pip"],
+                      "features": ["qre"], "gather": ["models.*.meta"], "pairwise": ["qre.eps", "pairwise"],
                       "cka_rbf": ["similarity.subset", "similarity.rbf"],
                       "stitch": ["similarity.subset", "similarity.stitch"], "agreement": [], "map": ["map"],
                       "tasks": ["sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
-                      "evaluate": ["models.${key}", "sentences.n", "embed.degenerate", "evaluate.seed", "evaluate.classification",
-                                   "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb", "evaluate.on_error"],
+                      "evaluate": ["models.${key} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",
+                                   "evaluate.classification", "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"],
                       "regress": ["regress"]}
     # Every config key a rule file reads is covered by a param its stage lists.
     for name, listed in params.items():
         text = (REPO / "rules" / f"{name}.smk").read_text()
+        paths = [p.split(" except ")[0] for p in listed]
         for access in re.findall(r'config((?:\["[\w-]+"\])+)', text):
             key = ".".join(re.findall(r'"([\w-]+)"', access))
-            assert any(key == p or key.startswith(p + ".") or p.startswith(key + ".") for p in listed), (name, key)
+            assert any(key == p or key.startswith(p + ".") or p.startswith(key + ".") for p in paths), (name, key)
         if re.search(r"config\[\"models\"\]\[wc\.model\]", text):
-            assert "models.${key}" in listed, name
+            assert "models.${key}" in paths, name
+        # What a slice leaves out the rule must not hand its step either (or keep: on_error changes no output).
+        if "models.${key} except meta" in listed:
+            assert 'science_spec(config["models"][wc.model])' in text, name
     # Every key of `evaluate` is listed by the stage that reads it (tasks build, evaluate scores).
     listed = {p.split(".", 1)[1] for p in params["tasks"] + params["evaluate"] if p.startswith("evaluate.")}
-    assert listed == set(load_params(REPO / "params.yaml")["evaluate"])
+    assert listed | {"on_error"} == set(load_params(REPO / "params.yaml")["evaluate"])  # on_error: no output changes

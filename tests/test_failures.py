@@ -92,12 +92,15 @@ def test_broken_encoders_fail_alone(tmp_path, tiny_bert, user_file):
         broken = build_tiny_bert(tmp_path / f"broken-{corrupt}", corrupt=corrupt)
         params["models"][f"broken-{corrupt}"] = dict(params["models"]["tiny-rand"], source=f"path:{broken}",
                                                     init="pretrained")
+    # Old: zero weights with CLS pooling were refused as "pooling 'cls' on a causal (decoder)
+    # model" (nothing reads the text, so the first position ignored the last token too).
+    params["models"]["broken-zero"]["pooling"] = ["mean", "cls"]
     proj = make_project(tmp_path / "p", params)
     r = run("snakemake --cores 2 --keep-going --until features", proj, check=False)
     assert r.returncode != 0
-    for corrupt, match in (("nan", "non-finite values"), ("zero", "all embeddings are zero")):
+    for corrupt, match, enc in (("nan", "non-finite values", "l02-max"), ("zero", "all embeddings are zero", "l02-")):
         log = (proj / f"logs/embed/broken-{corrupt}.log").read_text()
-        assert match in log and f"encoder 'broken-{corrupt}__l02-max'" in log, log[-2000:]
+        assert match in log and f"encoder 'broken-{corrupt}__{enc}" in log and "causal" not in log, log[-2000:]
         assert not (proj / f"results/embeddings/broken-{corrupt}").exists()
     for model, n in (("tiny-st", 7), ("tiny-rand", 1), ("lsa", 2), ("gauss", 1)):  # the others finished
         assert len(list((proj / f"results/features/encoders/{model}").glob("*.h5"))) == n, model
@@ -254,3 +257,22 @@ def test_a_model_that_cannot_load_stops_the_run_or_is_skipped(tmp_path, tiny_ber
     scores = (proj / "results/regression/scores.csv").read_text()
     assert "truncated" not in scores and np.isfinite(
         json.loads((proj / "results/regression/metrics.json").read_text())["failed_models"])
+
+
+def test_an_unwritable_artifact_folder_is_named_before_any_job(tmp_path, tiny_bert, user_file):
+    """Old: Snakemake's PermissionError traceback, mid-run. chattr +i: even root cannot write."""
+    import subprocess
+
+    params = tiny_params(tiny_bert, user_file)
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP
+    proj = make_project(tmp_path / "p", params)
+    (proj / "results/map").mkdir(parents=True)
+    subprocess.run(["chattr", "+i", str(proj / "results/map")], check=True)
+    try:
+        r = run("snakemake --cores 2", proj, check=False)
+        out = r.stdout + r.stderr
+        assert r.returncode != 0 and "results/map: not writable (read-only or immutable)" in out, out[-3000:]
+        assert "Traceback" not in out and not (proj / "results/embeddings").exists()  # no job ran
+    finally:
+        subprocess.run(["chattr", "-i", str(proj / "results/map")], check=True)

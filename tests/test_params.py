@@ -218,3 +218,29 @@ def test_snakemake_reads_params_as_json_rendered_once_per_content(tmp_path, monk
     (tmp_path / "params.yaml").write_text((REPO / "params.yaml").read_text().replace("seed: 0", "seed: 1", 1))
     second = snakemake_configfile("params.yaml")
     assert second != first and not Path(first).exists()  # one rendering: of the current content
+
+
+def test_a_lineage_cycle_is_refused_by_the_check():
+    """Old: a derived_from cycle passed `encmap check`; the whole pipeline ran, then the map stage
+    failed (and deleted the previous map)."""
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    p["models"]["minilm-l6"]["meta"]["derived_from"] = {"model": "random-minilm-l6", "relation": "re-initialised"}
+    with pytest.raises(EncmapError, match=r"models\.minilm-l6\.meta\.derived_from: the lineage forms a cycle: "
+                                          r"minilm-l6 -> random-minilm-l6 -> minilm-l6"):
+        validate_params(p)
+
+
+def test_a_model_id_whose_encoder_ids_grow_too_long_says_so():
+    """Old: a 128-character model id passed as a model id and was then refused as "use 1-128
+    characters" (its encoder ids, with their suffixes, are longer)."""
+    from encmap.encoders.variants import model_variants
+
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    spec = p["models"]["minilm-l6"]
+    with pytest.raises(EncmapError, match=r"model id 'a{128}' \(128 characters\): its encoder id 'a{128}__l00-mean' "
+                                          r"has 138 characters, over the 128 an id may have; shorten the model id to at "
+                                          r"most 118 characters"):
+        model_variants("a" * 128, spec)
+    assert model_variants("a" * 118, spec)  # its longest suffixes (__l00-mean, __out-d128) fit
+    with pytest.raises(EncmapError, match="at most 118"):
+        model_variants("a" * 119, spec)

@@ -234,6 +234,14 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     entry = yaml.safe_load(pcopy.read_text())["models"]["fresh"]
     assert entry["trust_remote_code"] is False and entry["layers"] == [1]
     assert "added model 'fresh'" in out and "valid, 12 encoders" in run(f"encmap --params {pcopy} check", mapped).stdout
+    # A broken checkpoint (weights cut in half): an error naming the model. Old: an IndexError traceback.
+    broken = shutil.copytree(tiny_bert, tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    r = run(f"encmap place path:{broken} --id broken --backend transformers --layers 1 --out {tmp_path / 'b'}",
+            mapped, check=False)
+    assert r.returncode == 2 and "encmap: error: model 'broken': place failed:" in r.stderr, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and not (tmp_path / "b").exists()
     # Already on the map: refused, nothing written.
     r = run(f"encmap --params {pcopy} place path:{tiny_bert} --id fresh --backend transformers --layers 1", mapped,
             check=False)

@@ -21,27 +21,6 @@ META = {"family": "control", "architecture": "gaussian", "parameters": 0, "langu
         "kind": "control"}
 
 
-def test_a_stage_command_is_read_as_its_targets_rule_and_prune():
-    from encmap.repro import stage_job
-    from encmap.validation import EncmapError
-
-    per_model = {("pip", "bge"): ["results/pip/bge/bge__out.h5", "results/pip/bge/bge__l01-mean.h5"]}
-    job = stage_job("pip@bge", "encmap prune pip bge && snakemake --cores all --nolock --force "
-                    "$(encmap targets pip bge) --allowed-rules pip", per_model)
-    assert (job.rule, job.targets, job.prune) == ("pip", tuple(per_model["pip", "bge"]), ("pip", "bge"))
-    job = stage_job("map", "snakemake --cores all --nolock --force results/map/map.html --allowed-rules map", {})
-    assert (job.rule, job.targets, job.prune) == ("map", ("results/map/map.html",), None)
-    with pytest.raises(EncmapError, match=r"stage mine: its command is no .* \(run `dvc repro mine`\)"):
-        stage_job("mine", "python mine.py", {})
-    with pytest.raises(EncmapError, match=r"stage pip@x: `encmap targets pip x`: no such model"):
-        stage_job("pip@x", "snakemake --cores all --nolock --force $(encmap targets pip x) --allowed-rules pip", {})
-    # The stage commands of dvc.yaml are all of the form encmap repro batches.
-    for name, st in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
-        if name not in ("code", "params"):
-            cmd = (st.get("do") or st)["cmd"].replace("${key}", "bge").replace("${sentences.set}", "s")
-            stage_job(name, cmd, per_model | {("features", "bge"): []})
-
-
 def control_params(m: int, n: int = 80) -> dict:
     """The default params with m seeded Gaussian control models (widths 16-48) over n sentences."""
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -172,3 +151,25 @@ def test_a_failing_model_leaves_the_others_recorded(tmp_path, tiny_bert, user_fi
     # The good models' stages are in dvc.lock: DVC finds only the broken model and the matrix stale.
     assert set(json.loads(run("dvc status --json gather --with-deps", proj).stdout)) == {
         "embed@truncated", "pip@truncated", "features@truncated", "gather"}
+
+
+def test_every_stage_job_comes_from_params_not_from_a_command():
+    from encmap.params import load_params
+    from encmap.repro import stage_job
+    from encmap.validation import EncmapError
+
+    params = load_params(REPO / "params.yaml")
+    job = stage_job("pip@minilm-l6", params)
+    assert job.rule == "pip" and job.prune == ("pip", "minilm-l6")
+    assert job.targets[0] == "results/pip/minilm-l6/minilm-l6__l00-max.h5" and len(job.targets) == 24  # its encoders, by id
+    assert stage_job("curate", params).targets == (f"data/sentences/{params['sentences']['set']}.txt",)
+    assert stage_job("embed@minilm-l6", params).targets == ("results/embeddings/minilm-l6",)
+    assert stage_job("map", params).targets == ("results/map/map.html",) and stage_job("map", params).prune is None
+    for name, match in (("embed@nosuch", "no model 'nosuch'"), ("embed", "name it embed@<model>"),
+                        ("map@minilm-l6", "no per-model stage"), ("mine", "unknown stage 'mine'")):
+        with pytest.raises(EncmapError, match=match):
+            stage_job(name, params)
+    # Every stage of dvc.yaml has a job.
+    for name, st in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items():
+        if name not in ("code", "params"):
+            stage_job(name + ("@minilm-l6" if "foreach" in st else ""), params)

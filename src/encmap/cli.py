@@ -24,9 +24,8 @@ def main(argv: list[str] | None = None) -> int:
     t = sub.add_parser("targets", help="per-encoder Snakemake targets of one stage")
     t.add_argument("stage", choices=sorted(LAYOUT))
     t.add_argument("models", nargs="*", help="model ids (default: all)")
-    pr = sub.add_parser("prune", help="remove a model's per-encoder files that params no longer make (DVC stages run it)")
-    pr.add_argument("stage", choices=sorted(LAYOUT))
-    pr.add_argument("model")
+    st = sub.add_parser("stage", help="run one DVC stage's Snakemake job (the command of every stage in dvc.yaml)")
+    st.add_argument("name", nargs="?", help="stage, e.g. map or embed@<model> (default: $DVC_STAGE, set by DVC)")
     d = sub.add_parser("deps", help="the code each DVC stage runs (its code digest, results/code/<stage>.sha256)")
     d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
     d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
@@ -67,15 +66,15 @@ def main(argv: list[str] | None = None) -> int:
                    help="worker processes for the fits (default: the cores this process may use; "
                         "the table does not depend on it)")
     z = sub.add_parser("zoo", help="models: entries for hub encoders from MTEB's model registry (offline)")
-    z.add_argument("--min-params", type=float, help="at least this many parameters (e.g. 1e8)")
-    z.add_argument("--max-params", type=float, help="at most this many parameters")
+    z.add_argument("--min-params", type=_count, help="at least this many parameters (e.g. 1e8)")
+    z.add_argument("--max-params", type=_count, help="at most this many parameters")
     z.add_argument("--language", action="append", default=[], metavar="ISO639-3",
                    help="models covering this language (e.g. eng); repeatable: any of them")
     z.add_argument("--english-only", action="store_true", help="models whose languages are English alone")
     z.add_argument("--org", action="append", default=[], help="organisation (the hub id's owner); repeatable")
     z.add_argument("--name", help="regular expression the hub name must match")
     z.add_argument("--framework", help="a framework the registry lists, e.g. 'Sentence Transformers'")
-    z.add_argument("--limit", type=int, help="the first N entries by id")
+    z.add_argument("--limit", type=_positive_int, help="the first N entries by id")
     z.add_argument("--trust-remote-code", action="store_true",
                    help="include models whose loader runs the checkpoint's own code (left out otherwise)")
     z.add_argument("--prompt", choices=["none", "document"], default="none",
@@ -143,16 +142,11 @@ def main(argv: list[str] | None = None) -> int:
 
             print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
             return 0
-        params = load_params(args.params)
-        if args.cmd == "prune":
-            from .layout import stale_files
+        if args.cmd == "stage":
+            from .repro import run_stage
 
-            if args.model not in params["models"]:
-                raise EncmapError(f"unknown model {args.model!r}; params have {sorted(params['models'])}")
-            for f in stale_files(params["models"], args.stage, args.model):
-                f.unlink()
-                print(f"removed {f} (no encoder of params makes it)")
-            return 0
+            return run_stage(Path(args.params).resolve().parent, args.name)
+        params = load_params(args.params)
         if args.cmd == "params-slices":
             from .deps import write_slices
 
@@ -195,6 +189,30 @@ def _deps(args) -> int:
         print(f"{stage}:")
         print("".join(f"  - {f}\n" for f in stage_code(args.root, stage)), end="")
     return 0
+
+
+def _count(text: str) -> float:
+    """A finite number >= 0 (argparse type): a parameter count."""
+    import math
+
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: a parameter count is a finite number >= 0")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    """An integer >= 1 (argparse type)."""
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: give a count of at least 1")
+    return v
 
 
 def _zoo(args) -> int:

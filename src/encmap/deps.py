@@ -55,19 +55,22 @@ DIGESTS = "results/code"
 #: ``params`` stage, not from params.yaml: DVC parses a params file once per stage that lists it
 #: (ruamel, ~1-1.5 s for 1,101 models), which made `dvc status` of a computed 1,101-model map take
 #: over an hour. A stage whose params name ``{model}`` has one slice per model, the others one slice.
+#: A path may leave out keys that change no output (``"embed except on_error"``: whether a failure
+#: stops the run); ``models.*.meta`` is every model's meta, by model id.
 STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "curate": ("sentences",),
-    "embed": ("models.{model}", "embed", "sentences.n"),
+    "embed": ("models.{model} except meta", "embed except on_error", "sentences.n"),
     "pip": ("pip",),
     "features": ("qre",),
+    "gather": ("models.*.meta",),
     "pairwise": ("qre.eps", "pairwise"),
     "cka_rbf": ("similarity.subset", "similarity.rbf"),
     "stitch": ("similarity.subset", "similarity.stitch"),
     "map": ("map",),
     "tasks": ("sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
               "evaluate.brown", "evaluate.polarity", "evaluate.data"),
-    "evaluate": ("models.{model}", "sentences.n", "embed.degenerate", "evaluate.seed", "evaluate.classification",
-                 "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb", "evaluate.on_error"),
+    "evaluate": ("models.{model} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",
+                 "evaluate.classification", "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"),
     "regress": ("regress",),
 }
 PARAMS_STAGE = "params"
@@ -402,11 +405,18 @@ def param_slices(params: dict) -> dict[str, str]:
         for model in sorted(params["models"]) if per_model(stage) else [None]:
             values = {}
             for path in paths:
-                key = path.format(model=model)
+                key, _, leave_out = path.format(model=model).partition(" except ")
                 try:
-                    values[key] = at(key)
+                    if key.startswith("models.*."):  # one value per model
+                        rest = key.split(".", 2)[2]
+                        value = {m: at(f"models.{m}.{rest}") for m in sorted(params["models"])}
+                    else:
+                        value = at(key)
                 except KeyError:
                     continue
+                if leave_out:
+                    value = {k: v for k, v in value.items() if k not in leave_out.split(",")}
+                values[key] = value
             out[slice_path(stage, model) if model else slice_path(stage)] = json.dumps(
                 values, sort_keys=True, indent=1, default=str) + "\n"
     return out

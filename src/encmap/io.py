@@ -209,15 +209,21 @@ def swap_dir(out: str | Path, write) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(out)
     tmp = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.", suffix=".tmp"))
+    old = None
     try:
         write(tmp)
         tmp.chmod(0o755)  # mkdtemp makes 0700
+        if os.environ.get(PAUSE_ENV):  # testing aid: hold the finished temporary directory in place
+            time.sleep(float(os.environ[PAUSE_ENV]))
         _refuse_newer(out)
-        if out.exists():
-            shutil.rmtree(out)
+        if out.exists():  # two renames, not a delete then a rename: the old one is never gone early
+            old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old.", suffix=".tmp"))
+            out.rename(old / out.name)
         tmp.rename(out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
 
 
 def save_figure(fig, png: str | Path, svg: str | Path) -> None:

@@ -195,3 +195,36 @@ def one_reevaluation_timer() -> bool:
     JobScheduler._schedule_reevalutation = schedule_reevaluation
     JobScheduler._encmap_one_timer = True
     return True
+
+
+def replace_stale_backups() -> None:
+    """Let Snakemake back up an ``update()`` output over the backup a killed job left behind.
+
+    Before a job runs, Snakemake 9 copies each of its ``update()`` outputs to
+    ``.snakemake/backups/`` (to put it back if the job fails) and removes the copy when the job
+    ends. A job killed or interrupted in between leaves the copy, and the next job that backs up
+    the same output fails with ``FileExistsError`` (``shutil.copytree``), so every later run
+    fails until the folder is removed by hand (pointed out in the review of
+    snakemake/snakemake#3833, not handled in 9.27.1). The leftover is a copy of the output from
+    before the killed job; the output itself is what this job must keep now, so the leftover is
+    removed and the backup made afresh. Idempotent; ``tests/test_jobs.py`` fails once Snakemake
+    handles it itself, so this can go.
+    """
+    import shutil
+
+    from snakemake.persistence import FileBackupMixin
+
+    backup = FileBackupMixin.backup_output
+    if getattr(backup, "_encmap_replaces_stale", False):
+        return
+
+    def backup_output(self, path: Path) -> None:
+        stale = self._get_backup_path(path)
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale)
+        elif stale.exists() or stale.is_symlink():
+            stale.unlink()
+        return backup(self, path)
+
+    backup_output._encmap_replaces_stale = True
+    FileBackupMixin.backup_output = backup_output

@@ -21,7 +21,7 @@ import jsonschema
 import yaml
 
 from .encoders.variants import expand_encoders
-from .validation import EncmapError, check_eps, check_perplexity
+from .validation import EncmapError, check_eps, check_perplexity, lineage_cycle
 
 
 class UniqueKeyLoader(getattr(yaml, "CSafeLoader", yaml.SafeLoader)):  # type: ignore[misc]
@@ -102,6 +102,12 @@ def validate_params(params: Any, where: str = "params") -> None:
     names = [src["name"] for src in s["sources"]]
     if len(set(names)) != len(names):
         raise EncmapError(f"{where}: key sentences.sources: duplicate source name in {names}")
+    parent = {m: str(spec["meta"]["derived_from"]["model"]) for m, spec in params["models"].items()
+              if (spec.get("meta") or {}).get("derived_from")}
+    cycle = lineage_cycle(parent)
+    if cycle:  # the map would draw lineage only after every embedding is computed: refuse now
+        raise EncmapError(f"{where}: key models.{cycle[0]}.meta.derived_from: the lineage forms a cycle: "
+                          + " -> ".join(cycle))
     check_counts(params, len(encoders), where)
     unknown = [e for e in params["similarity"]["subset"]["encoders"] if e not in encoders]
     if unknown:

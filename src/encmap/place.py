@@ -77,9 +77,11 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     """
     from threadpoolctl import threadpool_limits
 
+    from .artifacts.failures import run_model
     from .artifacts.features import encoder_record
     from .artifacts.pip import as_stored
     from .encoders.embed import embed_model, model_device
+    from .encoders.variants import science_spec
     from .io import read_curated
     from .maps.distances import feature_distances, nearest_neighbours, same_encoder, symmetrised_qre
     from .maps.fields import FIELDS, coords_csv, neighbours_csv
@@ -112,7 +114,10 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     _, pattrs = read_h5(root / LAYOUT["pip"].format(model=first["model"], encoder=first["id"]), [])
     eps, direction = float(fm["attrs"]["eps"]), str(fm["attrs"]["direction"])
 
-    res = embed_model(model, spec, texts, model_device(spec, device), threads=threads, degenerate="error")
+    # A checkpoint that cannot be loaded or embedded: an error naming the model, as in the embed step.
+    res = run_model(model, "place", "stop", lambda: embed_model(model, science_spec(spec), texts,
+                                                                  model_device(spec, device), threads=threads,
+                                                                  degenerate="error"))
     ids, feats, records, spectra = [], [], [], []
     # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the
     # pipeline's pip and features jobs (encmap.jobs), so a twin lands at distance 0.
@@ -124,7 +129,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
             ids.append(v.id)
             feats.append(qre_features(s, direction=direction, eps=eps))
             spectra.append(s)
-            records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}))
+            records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}, spec["meta"]))
     F_new = np.vstack(feats)
     k = int(mattrs["neighbours"])
     L = feature_distances(F_new, "manhattan", fm["F"])

@@ -1,24 +1,28 @@
-"""``encmap repro``: DVC decides what is stale, per model; one Snakemake call runs all of it.
+"""``encmap repro`` and ``encmap stage``: DVC decides what is stale, per model; Snakemake runs it.
+
+Every DVC stage's command is ``encmap stage``: it reads which stage it is from ``DVC_STAGE`` (set
+by DVC for every stage command; ``embed@<model>`` for a per-model stage), validates params.yaml,
+and runs that stage's Snakemake targets (:func:`stage_job`) with ``--force`` (DVC has decided
+they must run), ``--allowed-rules`` its rule and ``--rerun-incomplete`` (a killed run's markers
+never block the next one). No params value is ever put into a shell command: DVC interpolates
+none into ``encmap stage``, and the targets are computed from validated params.
 
 ``dvc repro`` runs each stale stage's command in turn, and each command is a Snakemake process
 that builds the whole DAG: at 1,101 models, ~4,400 processes of ~2.4 s each before any compute,
-and DVC rewrites ``dvc.lock`` after every stage. This brings DVC's bookkeeping stages (code
-digests, params slices) up to date, reads DVC's decision (``Repo.status``: the stages whose deps
-or outs changed; DVC's graph for what follows them), runs the *same* stage commands batched into
-one Snakemake call per batch (their targets, ``--force``, ``--allowed-rules`` their rules; the
-SLURM profile or ``SNAKEMAKE_PROFILE`` passes through), and records the stages that completed in
-``dvc.lock`` at once, as ``dvc commit`` would. ``dvc repro``, ``dvc exp run -S``,
-``dvc push/pull`` keep working on the same files.
-
-Each stage's command in ``dvc.yaml`` is the source of what it runs; a command of any other form
-is an error naming the stage (``dvc repro <stage>`` still runs it).
+and DVC rewrites ``dvc.lock`` after every stage. ``encmap repro`` brings DVC's bookkeeping stages
+(code digests, params slices) up to date, reads DVC's decision (``Repo.status``; DVC's graph for
+what follows), runs the *same* stage jobs batched into one Snakemake call per batch (the SLURM
+profile or ``SNAKEMAKE_PROFILE`` passes through), and records in ``dvc.lock`` the stages whose
+every output the call wrote, as ``dvc commit`` would. It skips what ``dvc repro`` skips: a stage
+that is stale only because an upstream output is about to be remade is decided again once that
+output exists, so an output remade byte for byte stops the cascade. ``dvc repro``, ``dvc exp run
+-S``, ``dvc push/pull`` keep working on the same files.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 import tempfile
@@ -31,45 +35,116 @@ from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_sli
 from .integrity import UNDER_DVC
 from .validation import EncmapError
 
-_CMD = re.compile(r"^(?:encmap prune (?P<kind>\w+) (?P<model>\S+) && )?snakemake --cores all --nolock --force "
-                  r"(?P<targets>.+?) --allowed-rules (?P<rule>\w+)$")
-_TARGETS = re.compile(r"^\$\(encmap targets (?P<kind>\w+) (?P<model>\S+)\)$")
 #: Snakemake's own staleness must add nothing to DVC's decision: of its rerun triggers, only a
 #: changed set of input files (which params already changed for DVC) stays on.
 RERUN_TRIGGERS = ("input",)
+#: What every stage's Snakemake call gets: DVC decided the targets must run (``--force``); its
+#: directory lock would outlive a killed run (DVC locks what it writes); a killed run's
+#: incomplete-output markers are remade rather than refused.
+SNAKEMAKE_ARGS = ("--cores", "all", "--nolock", "--force", "--rerun-incomplete")
+#: Snakemake options under which a call runs no job or marks outputs current without making
+#: them: encmap repro would record stale outputs as current.
+NO_RUN = ("-n", "--dry-run", "--dryrun", "-t", "--touch", "-S", "--summary", "-D", "--detailed-summary", "--dag",
+          "--rulegraph", "--filegraph", "--lint", "--unlock", "--cleanup-metadata", "--cleanup-shadow",
+          "--list-rules", "--list", "-l", "--list-target-rules", "--lt", "--list-changes", "--lc",
+          "--list-input-changes", "--li", "--list-params-changes", "--lp", "--list-code-changes",
+          "--list-untracked", "--lu", "--delete-all-output", "--delete-temp-output", "--archive", "--containerize",
+          "--export-cwl", "--generate-unit-tests", "--print-compilation", "--d3dag", "--debug-dag")
+
+#: The Snakemake targets of the stages that make one output (the rest: per model, below).
+SINGLE_TARGETS = {
+    "tasks": ("data/eval/tasks.json",),
+    "gather": ("results/features/qre.h5",),
+    "pairwise": ("results/similarity/qre_pairwise.h5",),
+    "cka_rbf": ("results/similarity/cka_rbf.h5",),
+    "stitch": ("results/similarity/stitches.json",),
+    "agreement": ("results/similarity/metrics.json",),
+    "map": ("results/map/map.html",),
+    "regress": ("results/regression/metrics.json",),
+}
+#: Per-model stages whose output is one directory per model.
+MODEL_DIRS = {"embed": "results/embeddings/{model}", "evaluate": "results/eval/{model}"}
 
 
 @dataclass(frozen=True)
 class StageJob:
-    """What one DVC stage's command runs: Snakemake targets of one rule, after an optional prune."""
+    """What one DVC stage runs: Snakemake targets of one rule, after an optional prune."""
 
     stage: str
     rule: str
     targets: tuple[str, ...]
-    prune: tuple[str, str] | None = None  # (layout kind, model id) for `encmap prune`
+    prune: tuple[str, str] | None = None  # (layout kind, model id): drop files no encoder makes
 
 
-def stage_job(stage: str, cmd: str, per_model: dict[tuple[str, str], list[str]]) -> StageJob:
-    """Parse DVC stage ``stage``'s resolved command.
+def stage_job(name: str, params: dict, per_model: dict[tuple[str, str], list[str]] | None = None) -> StageJob:
+    """The job of DVC stage ``name`` (``map``, ``embed@<model>``) under validated ``params``.
 
     Parameters
     ----------
-    per_model : dict
-        ``(layout kind, model id) -> per-encoder targets`` (what ``encmap targets`` prints).
+    per_model : dict, optional
+        ``(layout kind, model id) -> per-encoder targets`` when the caller has expanded every
+        model's encoders already (:func:`_per_model_targets`); else they are expanded here.
     """
-    m = _CMD.match(cmd.strip())
-    if m is None:
-        raise EncmapError(f"stage {stage}: its command is no `[encmap prune ... &&] snakemake --cores all --nolock "
-                          f"--force TARGETS --allowed-rules RULE` call, so encmap repro cannot batch it (run "
-                          f"`dvc repro {stage}`): {cmd!r}")
-    t = _TARGETS.match(m["targets"])
-    if t is not None:
-        if (t["kind"], t["model"]) not in per_model:
-            raise EncmapError(f"stage {stage}: `encmap targets {t['kind']} {t['model']}`: no such model in params")
-        targets = tuple(per_model[t["kind"], t["model"]])
-    else:
-        targets = tuple(m["targets"].split())
-    return StageJob(stage, m["rule"], targets, (m["kind"], m["model"]) if m["kind"] else None)
+    from .layout import LAYOUT, artifact_paths
+
+    stage, _, model = name.partition("@")
+    per = stage in MODEL_DIRS or stage in LAYOUT
+    if per and model not in params["models"]:
+        raise EncmapError(f"stage {name!r}: " + (f"no model {model!r} in params.yaml" if model else
+                                                 f"a per-model stage: name it {stage}@<model>"))
+    if model and not per:
+        raise EncmapError(f"stage {name!r}: {stage!r} is no per-model stage")
+    if stage == "curate":
+        return StageJob(name, stage, (f"data/sentences/{params['sentences']['set']}.txt",))
+    if stage in SINGLE_TARGETS:
+        return StageJob(name, stage, SINGLE_TARGETS[stage])
+    if stage in MODEL_DIRS:
+        return StageJob(name, stage, (MODEL_DIRS[stage].format(model=model),))
+    if stage in LAYOUT:
+        paths = per_model[stage, model] if per_model is not None else artifact_paths(params["models"], stage, [model])
+        return StageJob(name, stage, tuple(paths), (stage, model))
+    raise EncmapError(f"unknown stage {name!r}: stages are curate, tasks, {', '.join(sorted(MODEL_DIRS | dict.fromkeys(LAYOUT)))} "
+                      f"(per model: <stage>@<model>), {', '.join(SINGLE_TARGETS)}")
+
+
+def _prune(root: Path, params: dict, job: StageJob, paths: list[str] | None, log) -> None:
+    from .layout import stale_files
+
+    if job.prune is not None:
+        for f in stale_files(params["models"], job.prune[0], job.prune[1], root, paths=paths):
+            f.unlink()
+            log(f"removed {f} (no encoder of params makes it)")
+
+
+def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | None = None) -> int:
+    """One Snakemake call making ``jobs``' targets (their rules only); its exit status."""
+    argv = [t for j in jobs for t in j.targets] + [*SNAKEMAKE_ARGS, "--allowed-rules",
+                                                  *sorted({j.rule for j in jobs}), *extra]
+    # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
+    # zoo's scale): Snakemake's own command line is handed over in a file.
+    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
+    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
+        json.dump(argv, f)
+    try:
+        return subprocess.run([sys.executable, "-c", "import json, sys; from snakemake.cli import main; "
+                               "main(json.load(open(sys.argv[1])))", f.name], cwd=root,
+                              env=os.environ | (env or {})).returncode
+    finally:
+        os.unlink(f.name)
+
+
+def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int:
+    """``encmap stage [NAME]``: the command of every DVC stage (``NAME`` default: ``$DVC_STAGE``)."""
+    from .params import load_params
+
+    root = Path(root).resolve()
+    name = name or os.environ.get("DVC_STAGE")
+    if not name:
+        raise EncmapError("encmap stage: name a stage (DVC names it in DVC_STAGE when it runs a stage's command)")
+    params = load_params(root / "params.yaml")  # validated: a refused value stops here, before any job
+    job = stage_job(name.rsplit(":", 1)[-1], params)  # a stage of another dvc.yaml: <path>:<name>
+    _prune(root, params, job, None, log)
+    return snakemake(root, [job], [])
 
 
 def _per_model_targets(models: dict[str, dict]) -> dict[tuple[str, str], list[str]]:
@@ -150,17 +225,17 @@ def _rewritten(path: Path, since: float) -> bool:
 
 
 def _hashes(stage) -> list:
-    return [(str(o), o.hash_info.value if o.hash_info else None) for o in stage.outs]
+    return [(str(o.def_path), o.hash_info.value if o.hash_info else None) for o in stage.outs]
 
 
-def _save(stages: list) -> list:
+def _save(stages: list) -> set[str]:
     """Hash and cache ``stages``' outputs as ``dvc commit -f`` would (the files stay as Snakemake
-    wrote them, times too); the stages whose outputs changed. :func:`_write_locks` records them."""
-    before = {s: _hashes(s) for s in stages}
+    wrote them, times too); the output paths whose content changed. :func:`_write_locks` records them."""
+    before = {s: dict(_hashes(s)) for s in stages}
     for s in stages:
         s.save()
         s.commit(relink=False)
-    return [s for s in stages if _hashes(s) != before[s]]
+    return {path.rstrip("/") for s in stages for path, h in _hashes(s) if before[s].get(path) != h}
 
 
 def _write_locks(repo, stages: list, log) -> None:
@@ -202,51 +277,63 @@ def _bookkeep(root: Path, stage: str, params: dict, dry_run: bool = False) -> se
 
 
 def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
-         snakemake_args: list[str], log) -> tuple[list, list, int]:
+         snakemake_args: list[str], log) -> tuple[list, set[str], int]:
     """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
-    ``per_model``: :func:`_per_model_targets` of the params. Returns the completed stages, those
-    whose outputs changed, and Snakemake's exit status.
+    A stage has completed when the call wrote every one of its targets, whatever the exit
+    status says (a dry run or a failed job writes none). ``per_model``: :func:`_per_model_targets`
+    of the params. Returns the completed stages, the output paths whose content changed, and
+    Snakemake's exit status.
     """
-    from .layout import stale_files
-
-    jobs = [stage_job(s.addressing, s.cmd, per_model) for s in stages]
+    jobs = [stage_job(s.addressing, params, per_model) for s in stages]
     for j in jobs:
-        if j.prune is not None:
-            for f in stale_files(params["models"], j.prune[0], j.prune[1], root, paths=per_model[j.prune]):
-                f.unlink()
-                log(f"removed {f} (no encoder of params makes it)")
-    argv = [t for j in jobs for t in j.targets] + [
-        "--cores", "all", "--nolock", "--force", "--allowed-rules", *sorted({j.rule for j in jobs}),
-        "--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args]
+        _prune(root, params, j, per_model.get(j.prune) if j.prune else None, log)
     started = time.time() - 1  # file times may be coarser than the clock
-    # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
-    # zoo's scale): Snakemake's own command line is handed over in a file.
-    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
-        json.dump(argv, f)
-    try:
-        rc = subprocess.run([sys.executable, "-c", "import json, sys; from snakemake.cli import main; "
-                             "main(json.load(open(sys.argv[1])))", f.name], cwd=root,
-                            env=os.environ | {UNDER_DVC: "1"}).returncode
-    finally:
-        os.unlink(f.name)
-    done = [s for s, j in zip(stages, jobs) if rc == 0 or all(_rewritten(root / t, started) for t in j.targets)]
+    rc = snakemake(root, jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args], {UNDER_DVC: "1"})
+    done = [s for s, j in zip(stages, jobs) if all(_rewritten(root / t, started) for t in j.targets)]
     return done, _save(done), rc
+
+
+def _children(pl: "Plan", paths: set[str]) -> set:
+    """Stages of the scope with a dependency among ``paths`` (or inside or around one of them)."""
+    if not paths:
+        return set()
+    out = set()
+    for s in pl.scope:
+        if s.addressing in BOOKKEEPING or s.frozen:
+            continue
+        for d in s.deps:
+            dp = str(d.def_path).rstrip("/")
+            if any(dp == p or dp.startswith(p + "/") or p.startswith(dp + "/") for p in paths):
+                out.add(s)
+                break
+    return out
+
+
+def _stale_on_its_own(stage, made: set[str]) -> bool:
+    """Whether ``stage`` must run whatever the stale stages above it make: its command, an output,
+    or a dependency that none of them makes changed (or one never recorded)."""
+    if stage.changed_stage() or stage.changed_outs():
+        return True
+    for d in stage.deps:
+        dp = str(d.def_path).rstrip("/")
+        if d.hash_info and any(dp == p or dp.startswith(p + "/") or p.startswith(dp + "/") for p in made):
+            continue  # about to be remade: decided again once it is
+        if d.status():
+            return True
+    return False
 
 
 def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_args: list[str] | None = None,
           dry_run: bool = False, log=print) -> int:
     """Bring the stale stages up to date, Snakemake running each batch in one call; record them in ``dvc.lock``.
 
-    Batches: the stale stages whose inputs are final (the frontier) run first; a stage
-    downstream of one whose outputs changed becomes stale. When everything downstream of the
-    frontier is stale already, all stale stages run in one call (a fresh map: one call; a
-    changed seed: that model's embed and evaluate, then the rest); otherwise the frontier runs
-    alone and what it changed decides what follows (a curated file rebuilt byte for byte after
-    a comment edit reruns nothing more). Within a batch a stage runs when one above it in the
-    batch reran, even if that one's outputs come out unchanged (``dvc repro`` would skip it; it
-    is rare and costs only that rerun).
+    Batches: every stage that must run whatever runs above it (its own params, code or outputs
+    changed, or never recorded) runs in one call with the stages above it that must run too (a
+    fresh map: one call). A stage that is stale only because a stale stage above it will remake
+    one of its inputs is decided again, as ``dvc repro`` decides it, once that stage has run:
+    an input remade byte for byte leaves it up to date. A stage below an output that changed
+    must run.
 
     Parameters
     ----------
@@ -255,70 +342,104 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     targets : list of str, optional
         Stages to bring up to date with their upstream stages (default: every stage).
     snakemake_args : list of str, optional
-        Passed on to Snakemake (``--profile profiles/slurm``, ``--cores 8``, ``--keep-going``).
+        Passed on to Snakemake (``--profile profiles/slurm``, ``--cores 8``, ``--keep-going``);
+        options that run no job or mark outputs current without making them are refused.
     dry_run : bool
-        Only list the stale stages (the second batch at its largest).
+        Only list the stale stages.
 
     Returns
     -------
     int
         0 when every stage completed, 1 otherwise (the completed ones are recorded in dvc.lock).
     """
+    from dvc.exceptions import DvcException
     from dvc.repo import Repo, lock_repo
 
     from .params import load_params
 
+    args = list(snakemake_args or [])
+    refused = [a for a in args if a.split("=", 1)[0] in NO_RUN]
+    if refused:
+        raise EncmapError(f"encmap repro: Snakemake option {refused[0]!r} runs no job (or marks outputs current "
+                          "without making them), and what encmap repro runs is recorded in dvc.lock as current; "
+                          "`encmap repro --dry-run` lists what would run")
     root = Path(root).resolve()
-    repo = Repo(str(root))
+    try:
+        repo = Repo(str(root))
+    except DvcException as e:
+        raise EncmapError(f"encmap repro: {root}: {e}") from None
     try:
         # One lock for the whole run: DVC's index is built once and no other dvc command interleaves.
         # DVC's git context: dvc.lock and the .gitignore files it writes are staged under
         # core.autostage, or their `git add` is printed, as dvc repro does.
         with lock_repo(repo), repo.scm_context():
-            t0 = time.perf_counter()
-            params = load_params(root / "params.yaml")  # validated: a refused value stops here
-            # The digests and slices decide which stages a change touches: written first (only
-            # the files whose text changed), then one `dvc status` sees their effect.
-            would_change: set[str] = set()
-            for name in BOOKKEEPING:
-                would_change |= _bookkeep(root, name, params, dry_run)
-            pl = plan(repo, targets, would_change if dry_run else None)
-            first = pl.frontier(pl.stale)
-            after = (pl.stale - first) | pl.downstream(pl.stale)
-            log(f"encmap repro: {len(first)} stale stages to run first, at most {len(after)} after them "
-                f"(DVC status and graph, {time.perf_counter() - t0:.1f} s)")
-            if dry_run:
-                for s in pl.ordered(first | after):
-                    log(f"  {s.addressing}" + ("" if s in first else "  (after)"))
-                return 0
-            for s in pl.ordered(pl.bookkeeping):
-                log(f"encmap repro: stage {s.addressing} rerun")
-            saved = pl.ordered(pl.bookkeeping)
-            _save(saved)
-            args = list(snakemake_args or [])
-            per_model = _per_model_targets(params["models"])  # the encoders expanded once per run
-            stale, done, tried, rc = set(pl.stale), [], set(), 0
-            try:
-                while stale and rc == 0:
-                    # Run the frontier alone when what follows depends on whether its outputs change;
-                    # when everything below it is stale already, run all that is stale in one call.
-                    front = pl.frontier(stale)
-                    batch = stale if pl.downstream(front) <= stale else front
-                    tried |= batch
-                    got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log)
-                    done += got
-                    names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
-                    log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}"
-                        f"{', ...' if len(got) > 12 else ''}); {len(changed)} changed their outputs")
-                    stale = ((stale - batch) | pl.downstream(changed)) - set(done)
-            finally:  # what completed is recorded, also when interrupted
-                _write_locks(repo, saved + done, log)
-            log(f"encmap repro: {len(done)} stages recorded in dvc.lock")
-            if rc != 0:
-                left = [s.addressing for s in pl.ordered((tried | stale) - set(done))]
-                log(f"encmap repro: Snakemake failed (exit {rc}); not run or not recorded: {', '.join(left[:20])}"
-                    + (f" and {len(left) - 20} more" if len(left) > 20 else ""))
-                return 1
-            return 0
+            return _repro(repo, root, targets, args, dry_run, log, load_params)
+    except DvcException as e:  # another dvc holds the lock, an unknown stage, an output a stage did not make
+        raise EncmapError(f"encmap repro: {type(e).__name__}: {e}") from None
     finally:
         repo.close()
+
+
+def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_params) -> int:
+    import networkx as nx
+
+    t0 = time.perf_counter()
+    params = load_params(root / "params.yaml")  # validated: a refused value stops here
+    # The digests and slices decide which stages a change touches: written first (only
+    # the files whose text changed), then one `dvc status` sees their effect.
+    would_change: set[str] = set()
+    for name in BOOKKEEPING:
+        would_change |= _bookkeep(root, name, params, dry_run)
+    pl = plan(repo, targets, would_change if dry_run else None)
+    log(f"encmap repro: {len(pl.stale)} stale stages, at most {len(pl.downstream(pl.stale) - pl.stale)} more "
+        f"below them (DVC status and graph, {time.perf_counter() - t0:.1f} s)")
+    if dry_run:
+        first = pl.frontier(pl.stale)
+        for s in pl.ordered(pl.stale | pl.downstream(pl.stale)):
+            log(f"  {s.addressing}" + ("" if s in first else "  (after)"))
+        return 0
+    for s in pl.ordered(pl.bookkeeping):
+        log(f"encmap repro: stage {s.addressing} rerun")
+    saved = pl.ordered(pl.bookkeeping)
+    _save(saved)
+    per_model = _per_model_targets(params["models"])  # the encoders expanded once per run
+    # Pending: the stale stages and every stage below one (which may become stale once it ran).
+    pending = set(pl.stale) | pl.downstream(pl.stale)
+
+    def made_above(s) -> set[str]:
+        above = nx.descendants(pl.graph, s) & pending
+        return {str(o.def_path).rstrip("/") for u in above for o in u.outs}
+
+    must = {s for s in pl.stale if _stale_on_its_own(s, made_above(s))}
+    done, rc = [], 0
+    try:
+        while pending and rc == 0:
+            # A stage with nothing pending above it any more is decided as DVC decides it.
+            for s in pl.ordered(pending - must):
+                if not nx.descendants(pl.graph, s) & pending:
+                    (must.add if s.changed() else pending.discard)(s)
+            # One call: every stage that must run and has nothing above it that may still change.
+            batch = {s for s in pending if s in must and nx.descendants(pl.graph, s) & pending <= must}
+            if not batch:
+                continue
+            got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log)
+            done += got
+            names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
+            log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}{', ...' if len(got) > 12 else ''}); "
+                f"{len(changed)} outputs changed")
+            if rc == 0 and len(got) < len(batch):
+                missing = [s.addressing for s in pl.ordered(batch - set(got))]
+                log(f"encmap repro: Snakemake exited 0 but did not write every output of {', '.join(missing[:10])}")
+                rc = 1
+            pending -= set(got)
+            # Directly below an output that changed, a stage must run (DVC: its dependency changed).
+            must |= _children(pl, changed) & pending
+    finally:  # what completed is recorded, also when interrupted
+        _write_locks(repo, saved + done, log)
+    log(f"encmap repro: {len(done)} stages recorded in dvc.lock")
+    if rc != 0:
+        left = [s.addressing for s in pl.ordered(pending - set(done))]
+        log(f"encmap repro: Snakemake failed (exit {rc}); not run or not recorded: {', '.join(left[:20])}"
+            + (f" and {len(left) - 20} more" if len(left) > 20 else ""))
+        return 1
+    return 0

@@ -7,12 +7,15 @@ which file, which key, which encoder. Maths modules call these before doing any 
 from __future__ import annotations
 
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 #: Encoder and model ids become file names: lower-case, digits, and ``._-`` only.
-SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
+#: Longest id (model, encoder): a file name with room for an extension on every file system.
+MAX_ID = 128
+SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,%d}$" % (MAX_ID - 1))
 
 
 class EncmapError(ValueError):
@@ -211,3 +214,37 @@ def check_perplexity(perplexity: float, m: int, what: str = "map.perplexity") ->
             f"3 x perplexity nearest neighbours of each point, so perplexity must be <= (m - 1)/3 = "
             f"{max_perplexity(m):.2f} (rule of thumb: 5-10 for ~50 encoders, 30-50 for ~1,000)")
     return float(perplexity)
+
+
+def lineage_cycle(parent: dict[str, str]) -> list[str] | None:
+    """A cycle among ``meta.derived_from`` links (``model -> parent model``), or None.
+
+    Returns the chain that closes the cycle (``[a, b, a]``), starting from the first model (in
+    sorted order) whose ancestry loops, so the same params always name the same cycle.
+    """
+    for start in sorted(parent):
+        seen = [start]
+        while seen[-1] in parent:
+            nxt = parent[seen[-1]]
+            if nxt in seen:
+                return seen[seen.index(nxt):] + [nxt]
+            seen.append(nxt)
+    return None
+
+
+def check_writable(root: str | Path, tops: tuple[str, ...] = ("data", "results")) -> None:
+    """Refuse, naming it, an artifact folder the pipeline cannot write (read-only, immutable).
+
+    Checked before any job starts: otherwise the first job to write there ends in a traceback,
+    after the jobs before it have run. Folders only (a few thousand stat calls at 1,101 models).
+    """
+    import os
+
+    root = Path(root)
+    for top in tops:
+        for dirpath, dirnames, _ in os.walk(root / top):
+            dirnames[:] = [d for d in dirnames if not d.startswith(".")]
+            if not os.access(dirpath, os.W_OK | os.X_OK):
+                raise EncmapError(f"{Path(dirpath).relative_to(root)}: not writable (read-only or immutable), so "
+                                  "the jobs that write there would fail; make it writable (chmod u+w, chattr -i) "
+                                  "and run again")

@@ -46,8 +46,9 @@ def run_model(model: str, stage: str, on_error: str, work: Callable[[], T]) -> T
         if on_error == "stop":
             if isinstance(e, EncmapError) and f"'{model}" in str(e):
                 raise  # already names the model or one of its encoders
-            raise EncmapError(f"model {model!r}: {stage} failed: {error_text(e)} (set {stage}.on_error: skip "
-                              "to record it and go on with the other models)") from e
+            hint = (f" (set {stage}.on_error: skip to record it and go on with the other models)"
+                    if stage in ("embed", "evaluate") else "")
+            raise EncmapError(f"model {model!r}: {stage} failed: {error_text(e)}{hint}") from e
         log.warning("model %r: %s failed, recorded and skipped (%s.on_error: skip): %s", model, stage, stage,
                     error_text(e))
         return error_text(e)

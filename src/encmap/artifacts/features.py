@@ -31,12 +31,12 @@ def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[
             "attrs": attrs}
 
 
-def encoder_record(attrs: dict[str, Any]) -> dict[str, Any]:
-    """What the map shows about an encoder, from the attributes its artifacts carry.
+def encoder_record(attrs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
+    """What the map shows about an encoder: the attributes its artifacts carry, and its model's meta.
 
     A record holds ``id``, ``model``, ``layer``, ``pooling``, ``dim`` (truncation), ``d``
-    (width) and the model's ``meta``.
+    (width) and the model's ``meta`` (from params: the artifacts carry no description).
     """
     enc = json.loads(attrs["encoder"]) if isinstance(attrs["encoder"], str) else attrs["encoder"]
     return {"id": enc["id"], "model": enc["model"], "layer": enc["layer"], "pooling": enc["pooling"],
-            "dim": enc["dim"], "d": int(attrs["d"]), "meta": enc["spec"]["meta"]}
+            "dim": enc["dim"], "d": int(attrs["d"]), "meta": meta}

@@ -237,7 +237,10 @@ def select(records: Iterable[dict[str, Any]], *, min_params: float | None = None
     """Records that satisfy every given filter (a parameter range, languages: any of these ISO
     639-3 codes, English only, organisations, a regular expression on the name, a framework)."""
     langs, orgs = set(languages), set(organisations)
-    pattern = re.compile(name_pattern) if name_pattern else None
+    try:
+        pattern = re.compile(name_pattern) if name_pattern else None
+    except re.error as e:
+        raise EncmapError(f"--name {name_pattern!r} is not a regular expression: {e}") from None
     out = []
     for r in records:
         p = r["n_parameters"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from ..validation import EncmapError, check_id
+from ..validation import MAX_ID, EncmapError, check_id
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,24 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
         out.extend(Variant(f"{model}__d{k}", model, None, "output", k) for k in dims)
     else:
         output_variants()
+    longest = max(out, key=lambda v: len(v.id), default=None)
+    if longest is not None and len(longest.id) > MAX_ID:  # the model id passed: say what to shorten, by how much
+        raise EncmapError(f"model id {model!r} ({len(model)} characters): its encoder id {longest.id!r} has "
+                          f"{len(longest.id)} characters, over the {MAX_ID} an id may have; shorten the model id "
+                          f"to at most {MAX_ID - (len(longest.id) - len(model))} characters")
     for v in out:
         check_id(v.id, f"encoder of model {model!r}")
     return out
+
+
+#: Keys of a model entry that describe the model, not the computation: the map shows them, but no
+#: embedding or score depends on them (the gather stage reads them from params).
+DESCRIPTIVE_KEYS = ("meta",)
+
+
+def science_spec(spec: dict) -> dict:
+    """A model entry without its descriptive keys: what the embed and evaluate steps compute from."""
+    return {k: v for k, v in spec.items() if k not in DESCRIPTIVE_KEYS}
 
 
 #: Prefixes that a backend adds to every text itself: a ``prompt`` repeating one is an error.

@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..io import csv_cell
-from ..validation import EncmapError
+from ..validation import EncmapError, lineage_cycle
 
 #: Metadata fields a map can be coloured by, in column order.
 FIELDS = ("model", "family", "architecture", "layer", "pooling", "dimension", "parameters",
@@ -126,14 +126,14 @@ def lineage(records: Sequence[dict]) -> tuple[list[str | None], list[tuple[int, 
             parent[r["model"]] = str(d["model"])
     rep = _representative(records)
 
+    cycle = lineage_cycle(parent)
+    if cycle:
+        raise EncmapError(f"meta.derived_from forms a cycle: {' -> '.join(cycle)}")
+
     def root(model: str) -> str:
-        seen = [model]
-        while seen[-1] in parent:
-            nxt = parent[seen[-1]]
-            if nxt in seen:
-                raise EncmapError(f"meta.derived_from forms a cycle: {' -> '.join(seen + [nxt])}")
-            seen.append(nxt)
-        return seen[-1]
+        while model in parent:
+            model = parent[model]
+        return model
 
     has_child = set(parent.values())
     roots = {m: root(m) if (m in parent or m in has_child) else None for m in rep}

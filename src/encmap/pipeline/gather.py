@@ -17,11 +17,13 @@ from ..io import atomic_write_json, read_h5, write_h5
 from ..validation import EncmapError
 
 
-def gather_step(feature_files: list[str], out: str, metrics: str | None = None, failures: str | None = None) -> None:
+def gather_step(feature_files: list[str], out: str, metrics: str | None = None, failures: str | None = None,
+                meta: dict[str, dict] | None = None) -> None:
     """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
 
     ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
-    the model's ``meta``), so the map labels each point from the artifact it was computed from.
+    the model's ``meta``, given by model id from params: a description changes no computation,
+    so it is read here and not carried by the per-encoder artifacts).
     Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
     in the file's ``dropped`` attribute and in the metrics. So are the encoders of models that
     failed under ``embed.on_error: skip``: in the ``failed`` attribute, the metrics and the
@@ -30,7 +32,7 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
     if not feature_files:
         raise EncmapError(f"{out}: no encoder feature files to gather")
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
-    rows, ids, meta, encoders, dropped = [], [], [], [], {}
+    rows, ids, to_base, encoders, dropped = [], [], [], [], {}
     failed: dict[str, dict[str, str]] = {}
     first: dict[str, Any] | None = None
     seen: dict[str, Path] = {}
@@ -56,8 +58,11 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
             continue
         rows.append(data["features"])
         ids.append(attrs["encoder_id"])
-        meta.append(float(attrs["qre_to_base"]))
-        encoders.append(json.dumps(encoder_record(attrs), sort_keys=True))
+        to_base.append(float(attrs["qre_to_base"]))
+        if meta is None or attrs["model"] not in meta:
+            raise EncmapError(f"{f}: model {attrs['model']!r} has no meta among the gathered models' "
+                              f"({sorted(meta or {})[:5]}...); is it still in params.yaml?")
+        encoders.append(json.dumps(encoder_record(attrs, meta[attrs["model"]]), sort_keys=True))
     report = failure_report(failed)
     for r in report:
         print(f"warning: model {r['model']!r} left off the map ({r['stage']} failed: {r['error']}): "
@@ -65,7 +70,7 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
     if not rows:
         raise EncmapError(f"{out}: no encoder to map: degenerate {sorted(dropped)}, failed {sorted(failed)}")
     F = np.vstack(rows)
-    write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(meta),
+    write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(to_base),
                    "encoders": np.array(encoders, dtype=object)},
              first | {"m": F.shape[0], "dropped": dropped, "failed": failed, "encmap_version": __version__})
     if failures:
@@ -74,6 +79,6 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
         atomic_write_json(metrics, {"encoders": len(ids), "dropped_encoders": len(dropped),
                                     "failed_encoders": len(failed), "failed_models": len(report),
                                     "n": int(F.shape[1]),
-                                    "qre_to_base_mean": float(np.mean(meta)),
-                                    "qre_to_base_min": float(np.min(meta)),
-                                    "qre_to_base_max": float(np.max(meta))})
+                                    "qre_to_base_mean": float(np.mean(to_base)),
+                                    "qre_to_base_min": float(np.min(to_base)),
+                                    "qre_to_base_max": float(np.max(to_base))})

@@ -126,19 +126,28 @@ def is_causal(net, ids, device: str) -> bool:
 
     Decided by the model itself rather than by a list of architectures: two inputs that differ
     only in their last token give the same first-position state in every layer only if attention
-    is causal. ``ids`` are token ids of one short tokenised text (at least 2).
+    is causal. ``ids`` are token ids of one short tokenised text (at least 2). A model whose last
+    position ignores the first token too does not read its input at all (weights all zero, say):
+    no verdict on its attention, so that the check of its embeddings names the real problem
+    (constant encoders) rather than a pooling.
     """
     import torch
 
     a = torch.as_tensor([ids], device=device)
-    b = a.clone()
+    b, c = a.clone(), a.clone()
     b[0, -1] = ids[0] if ids[-1] != ids[0] else ids[1]
+    c[0, 0] = ids[-1] if ids[-1] != ids[0] else ids[1]
     with torch.inference_mode():
-        ha = net(input_ids=a, output_hidden_states=True).hidden_states[-1][0, 0].float()
-        hb = net(input_ids=b, output_hidden_states=True).hidden_states[-1][0, 0].float()
-    if not (torch.isfinite(ha).all() and torch.isfinite(hb).all()):
+        ha, hb, hc = (net(input_ids=x, output_hidden_states=True).hidden_states[-1][0].float() for x in (a, b, c))
+    if not all(torch.isfinite(h).all() for h in (ha, hb, hc)):
         return False  # broken weights: the embeddings' own check names the encoder and the NaN
-    return bool(torch.allclose(ha, hb, rtol=1e-3, atol=1e-5 * float(ha.abs().max().clamp(min=1.0))))
+
+    def same(x, y) -> bool:
+        return bool(torch.allclose(x, y, rtol=1e-3, atol=1e-5 * float(x.abs().max().clamp(min=1.0))))
+
+    if same(ha[-1], hc[-1]):
+        return False  # no state reads the text: the embeddings' own check names the constant encoders
+    return same(ha[0], hb[0])
 
 
 def _forward(st, tok, net, batch: list[str], spec: dict, device: str, want_output: bool):

@@ -1,0 +1,246 @@
+"""The DVC route against a hostile user's ordinary moves: what is recorded as current is what was
+made, outputs outlive a failed or interrupted stage, a killed run never blocks the next, no params
+value reaches a shell, and refusals are messages. Each test names the old behaviour it guards
+against (issue 36). A project of ten control models, computed once; each test works on a copy."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from support.project import REPO, make_project, run, tree_hashes, with_param
+from test_repro import control_params
+
+def light_params() -> dict:
+    """Ten control models, the costly settings cut down (no MLP stitches, small grids and tasks)."""
+    params = control_params(10)
+    params["similarity"]["stitch"] |= {"mlp_depths": [], "ridge_alphas": [0.1, 10.0]}
+    params["regress"] |= {"pca_dims": [2, 4], "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5],
+                          "ridge_alphas": [0.1, 10.0], "folds": 3, "inner_folds": 2}
+    params["evaluate"] |= {"gloss": {"max_queries": 30, "distractors": 30},
+                           "brown": params["evaluate"]["brown"] | {"max_items": 120},
+                           "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100}}
+    return params
+
+
+@pytest.fixture(scope="module")
+def computed(tmp_path_factory) -> Path:
+    """Ten control models through `encmap repro`, committed: each test works on a copy."""
+    proj = make_project(tmp_path_factory.mktemp("computed") / "p", light_params(), git=True)
+    run("encmap repro", proj)
+    run("git add -A && git commit -qm results", proj)
+    return proj
+
+
+def copy(computed: Path, tmp_path: Path) -> Path:
+    dst = tmp_path / "p"
+    shutil.copytree(computed, dst, symlinks=True)
+    return dst
+
+
+def edit_params(proj: Path, key: str, value) -> None:
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    (proj / "params.yaml").write_text(yaml.safe_dump(with_param(params, key, value), sort_keys=False))
+
+
+def lines(r, word: str = "encmap repro") -> str:
+    return "\n".join(x for x in (r.stdout + r.stderr).splitlines() if word in x)
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_stage_is_recorded_only_when_its_outputs_were_made(computed, tmp_path):
+    """Old: `encmap repro -- -n` (Snakemake ran no job) said "ran 2 of 2 stages ... recorded in
+    dvc.lock" after a seed change, and `dvc status` then called the old embeddings current."""
+    proj = copy(computed, tmp_path)
+    edit_params(proj, "models.ctl-0003.seed", 99)
+    r = run("encmap repro -- -n", proj, check=False)
+    assert r.returncode == 2 and "Snakemake option '-n' runs no job" in r.stderr, r.stderr[-2000:]
+    r = run("encmap repro -- --touch", proj, check=False)
+    assert r.returncode == 2 and "'--touch'" in r.stderr
+    # A Snakemake call that exits 0 without making a stage's outputs: that stage is not recorded
+    # (the model's evaluate, which ran, is).
+    r = run("encmap repro -- --omit-from embed", proj, check=False)
+    assert r.returncode == 1, lines(r)
+    assert "did not write every output of embed@ctl-0003" in r.stdout, lines(r)
+    assert "encmap repro: 1 stages recorded in dvc.lock" in r.stdout, lines(r)
+    assert "embed@ctl-0003" in json.loads(run("dvc status --json", proj).stdout)
+    run("encmap repro", proj)
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_model_deleted_from_params_leaves_the_gathered_results(computed, tmp_path):
+    """Old: qre.h5, coords.csv, the page and the regression kept the deleted model and neither
+    `encmap repro` nor `dvc repro` saw anything stale (gather read the features directory)."""
+    from encmap.artifacts.features import read_feature_matrix
+
+    proj = copy(computed, tmp_path)
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    del params["models"]["ctl-0004"]
+    params["map"]["perplexity"] = 2  # 9 encoders left
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run("dvc repro params", proj)
+    assert "gather" in json.loads(run("dvc status --json", proj).stdout)
+    run("encmap repro", proj)
+    ids = read_feature_matrix(proj / "results/features/qre.h5")["ids"]
+    assert len(ids) == 9 and not [e for e in ids if e.startswith("ctl-0004")]
+    for f in ("results/map/coords.csv", "results/map/map.html", "results/regression/predictions.csv"):
+        assert "ctl-0004" not in (proj / f).read_text(), f
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+def test_an_upstream_output_remade_byte_for_byte_stops_the_cascade(computed, tmp_path):
+    """The curated sentences edited by hand: curate runs again and gives the recorded bytes.
+    Old: encmap repro then reran every embed, tasks and every evaluate (they had been stale
+    because of the edited file); dvc repro runs curate alone."""
+    proj = copy(computed, tmp_path)
+    before = tree_hashes(proj, "data", "results")
+    f = proj / "data/sentences/ctl-n80.txt"
+    f.write_text(f.read_text() + "a line added by hand\n")
+    r = run("encmap repro", proj)
+    assert "ran 1 of 1 stages (curate); 0 outputs changed" in r.stdout, lines(r)
+    assert "encmap repro: 1 stages recorded in dvc.lock" in r.stdout, lines(r)
+    assert "localrule embed" not in r.stdout + r.stderr and "localrule evaluate" not in r.stdout + r.stderr
+    assert tree_hashes(proj, "data", "results") == before
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+def test_no_params_value_reaches_a_shell(computed, tmp_path):
+    """Old: `dvc repro -s curate` (which skips the params stage that validates) interpolated
+    sentences.set into a shell command and ran the command it carried."""
+    proj = copy(computed, tmp_path)
+    edit_params(proj, "sentences.set", "tiny --version; touch pwned; echo ")
+    for cmd in ("dvc repro -s curate", "dvc repro -s -f curate", "encmap repro curate"):
+        r = run(cmd, proj, check=False)
+        assert r.returncode != 0, cmd
+        assert "sentences.set" in r.stdout + r.stderr, (cmd, (r.stdout + r.stderr)[-2000:])
+        assert not (proj / "pwned").exists(), cmd
+    assert {(st.get("do") or st)["cmd"] for name, st in yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"].items()
+            if name not in ("code", "params")} == {"encmap stage"}  # no ${...} in any command
+
+
+@pytest.mark.slow(minutes=3)
+def test_a_killed_run_never_blocks_the_next(computed, tmp_path):
+    """Old: after kill -9 of encmap repro, Snakemake's incomplete-output markers stopped every
+    later `encmap repro` and `dvc repro` with IncompleteFilesException (dvc repro users cannot
+    pass --rerun-incomplete)."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    from support.project import env
+
+    proj = copy(computed, tmp_path / "killed")
+    edit_params(proj, "models.ctl-0002.seed", 7)
+    run("dvc repro params", proj)  # the slices written first: the pause below holds the embed job
+    job = subprocess.Popen(["encmap", "repro"], cwd=proj, env=env() | {"ENCMAP_PAUSE_BEFORE_RENAME": "20"},
+                           start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 180
+    while time.time() < deadline and job.poll() is None and \
+            not list((proj / "results/embeddings").glob(".ctl-0002.*.tmp")):
+        time.sleep(0.2)
+    assert list((proj / "results/embeddings").glob(".ctl-0002.*.tmp")), "the embed job never reached its write"
+    os.killpg(job.pid, signal.SIGKILL)
+    job.wait()
+    assert list((proj / ".snakemake/incomplete").iterdir())  # the markers the kill left
+    for cmd in ("dvc repro", "encmap repro"):  # each on its own copy of the killed project
+        again = copy(proj, tmp_path / cmd.split()[0])
+        r = run(cmd, again, check=False)
+        assert r.returncode == 0 and "IncompleteFilesException" not in r.stdout + r.stderr, (cmd, r.stderr[-3000:])
+        assert json.loads(run("dvc status --json", again).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+def test_encmap_repro_refusals_are_messages_not_tracebacks(computed, tmp_path):
+    """Old: an unknown stage (StageNotFound) and DVC's lock held by another dvc (LockError) ended
+    in tracebacks."""
+    import subprocess
+
+    from support.project import env
+
+    proj = copy(computed, tmp_path)
+    r = run("encmap repro nosuchstage", proj, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "nosuchstage" in r.stderr, r.stderr[-2000:]
+    holder = subprocess.Popen([sys.executable, "-c", "import time; from dvc.repo import Repo, lock_repo; r = Repo('.');\n"
+                               "with lock_repo(r):\n    print('held', flush=True); time.sleep(30)"],
+                              cwd=proj, env=env(), stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = run("encmap repro", proj, check=False)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "LockError" in r.stderr, r.stderr[-2000:]
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+@pytest.mark.slow(minutes=3)
+def test_outputs_survive_a_failed_or_interrupted_stage(computed, tmp_path):
+    """Old: Snakemake deleted a job's outputs when the job started, so a map stage that failed
+    left no map (and no git-tracked metrics.json, which `dvc checkout` cannot restore), a failed
+    regress an empty results/regression, and Ctrl-C during `dvc repro evaluate@<model>` no
+    results/eval/<model>."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    import h5py
+
+    from support.project import env
+
+    proj = copy(computed, tmp_path)
+    before = tree_hashes(proj, "results")
+
+    def kept(prefix: str) -> bool:
+        now = tree_hashes(proj, "results")
+        return {k: v for k, v in now.items() if k.startswith(prefix)} == \
+            {k: v for k, v in before.items() if k.startswith(prefix)} != {}
+
+    with h5py.File(proj / "results/similarity/qre_pairwise.h5", "r+") as f:  # the map refuses it
+        f.attrs["eps"] = 0.5
+    r = run("dvc repro -s -f map", proj, check=False)
+    assert r.returncode != 0 and "different encoders, sentence sets or eps" in r.stdout + r.stderr
+    assert kept("results/map/")
+    (proj / "results/eval/ctl-0001/ctl-0001__out.json").write_text("{")  # the regression refuses it
+    r = run("snakemake --cores 2 --forcerun regress results/regression/metrics.json", proj, check=False)
+    assert r.returncode != 0 and kept("results/regression/")
+
+    proj = copy(computed, tmp_path / "int")
+    edit_params(proj, "models.ctl-0005.seed", 11)
+    run("dvc repro params embed@ctl-0005 tasks", proj)
+    job = subprocess.Popen(["dvc", "repro", "-s", "evaluate@ctl-0005"], cwd=proj, start_new_session=True,
+                           env=env() | {"ENCMAP_PAUSE_BEFORE_RENAME": "60"}, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not list((proj / "results/eval").glob(".*ctl-0005*")):
+        time.sleep(0.2)
+    assert list((proj / "results/eval").glob(".*ctl-0005*")), "the job never reached its write"
+    os.killpg(job.pid, signal.SIGINT)  # Ctrl-C
+    job.wait()
+    assert kept("results/eval/ctl-0005/")
+    run("dvc repro evaluate@ctl-0005", proj)  # and the backup that Ctrl-C left does not stop the next run
+    assert "evaluate@ctl-0005" not in json.loads(run("dvc status --json", proj).stdout)
+
+
+@pytest.mark.slow(minutes=2)
+def test_the_readmes_way_back_restores_the_last_committed_state(computed, tmp_path):
+    """Old recipe `git checkout params.yaml && dvc checkout`: dvc.lock still named the new
+    outputs (dvc checkout restored them) and the git-tracked metrics stayed new."""
+    proj = copy(computed, tmp_path)
+    before = tree_hashes(proj, "data", "results")
+    edit_params(proj, "map.perplexity", 2)
+    run("encmap repro", proj)
+    assert tree_hashes(proj, "data", "results") != before
+    readme = (REPO / "README.md").read_text()
+    recipe = re.search(r"To get back to the last committed state[^`]*`([^`]+)`", readme.replace("\n", " ")).group(1)
+    run(recipe, proj)
+    assert tree_hashes(proj, "data", "results") == before
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
