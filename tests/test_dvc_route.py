@@ -128,9 +128,10 @@ def test_no_params_value_reaches_a_shell(computed, tmp_path):
 
 @pytest.mark.slow(minutes=3)
 def test_a_killed_run_never_blocks_the_next(computed, tmp_path):
-    """Old: after kill -9 of encmap repro, Snakemake's incomplete-output markers stopped every
-    later `encmap repro` and `dvc repro` with IncompleteFilesException (dvc repro users cannot
-    pass --rerun-incomplete)."""
+    """Old: after kill -9 of encmap repro, Snakemake's incomplete-output markers stopped later runs
+    with IncompleteFilesException (dvc repro users cannot pass --rerun-incomplete): here the killed
+    change is taken back (the README's way back) and two others made, a seed and qre.eps, so that
+    one call runs embed and features jobs and reads the marked embeddings without remaking them."""
     import os
     import signal
     import subprocess
@@ -151,6 +152,9 @@ def test_a_killed_run_never_blocks_the_next(computed, tmp_path):
     os.killpg(job.pid, signal.SIGKILL)
     job.wait()
     assert list((proj / ".snakemake/incomplete").iterdir())  # the markers the kill left
+    run("git checkout HEAD -- params.yaml dvc.lock results && dvc checkout -q", proj)
+    edit_params(proj, "qre.eps", 0.001)  # every features stage: its DAG reads the marked embeddings
+    edit_params(proj, "models.ctl-0003.seed", 9)  # and an embed job in the same call
     for cmd in ("dvc repro", "encmap repro"):  # each on its own copy of the killed project
         again = copy(proj, tmp_path / cmd.split()[0])
         r = run(cmd, again, check=False)
