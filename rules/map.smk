@@ -16,6 +16,7 @@ rule map:
         **MAP_FIGURES,
     params:
         map=config["map"],
+        predictor=config["regress"]["predictor"],  # whose held-out predictions the page shows
     conda:
         "../envs/encmap.yaml"
     log:

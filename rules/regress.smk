@@ -18,6 +18,8 @@ rule regress:
         mteb_sources=update("results/regression/mteb_sources.json"),  # where each comes from; what is missing and why
         figure_png=update("results/regression/figures/predicted.png"),
         figure_svg=update("results/regression/figures/predicted.svg"),
+        baselines_png=update("results/regression/figures/baselines.png"),  # Spearman of every feature set, per task
+        baselines_svg=update("results/regression/figures/baselines.svg"),
     params:
         regress=config["regress"],
     conda:

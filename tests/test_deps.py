@@ -264,7 +264,7 @@ def test_each_stage_lists_the_params_its_rule_reads():
                                                          "sentences.n"], "pip": ["pip"],
                       "features": ["qre"], "gather": ["models.*.meta"], "pairwise": ["qre.eps", "pairwise"],
                       "cka_rbf": ["similarity.subset", "similarity.rbf"],
-                      "stitch": ["similarity.subset", "similarity.stitch"], "agreement": [], "map": ["map"],
+                      "stitch": ["similarity.subset", "similarity.stitch"], "agreement": [], "map": ["map", "regress.predictor"],
                       "tasks": ["sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
                       "evaluate": ["models.${key} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",

@@ -162,13 +162,16 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     scores = list(csv.DictReader((mapped / "results/regression/scores.csv").open()))
     assert [r["encoder"] for r in scores] == fm["ids"] and set(scores[0]) == {"encoder", "model", *TASKS}
     table = list(csv.DictReader((mapped / "results/regression/table.csv").open()))
-    assert len(table) == 7 * 2 * 8
+    # qre, entropy, profile, qre+profile, tasks, qre+tasks, random: ridge and ElasticNet (entropy: ridge);
+    # dim, layer, parameters: ridge; mean
+    assert len(table) == 7 * 2 * 17
     assert {r["folds"] for r in table if r["protocol"] == "grouped"} == {"4"}  # leave-one-model-out, 4 models
     metrics = json.loads((mapped / "results/regression/metrics.json").read_text())
     assert metrics["encoders"] == 11 and metrics["models"] == 4 and metrics["tasks"] == 7
     assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
-    assert len(preds) == 11 * 7 * 2 * 8
+    assert len(preds) == 11 * 7 * 2 * 17
+    assert metrics["predictor"] == "qre" and (mapped / "results/regression/figures/baselines.png").is_file()
     pred = predict_scores(mapped / "results/regression/regressors.h5", fm["F"], fm["attrs"])
     assert set(pred) == set(TASKS) and all(np.isfinite(v["ridge"]).all() for v in pred.values())
     png = mapped / "results/regression/figures/predicted.png"

@@ -313,3 +313,88 @@ def test_pip_files_of_the_earlier_format_still_read(tmp_path):
                                                                      "model": tmp_path.name})
     got, _ = load_spectrum(tmp_path / "old.h5")
     assert np.array_equal(got.U, s.U) and np.array_equal(got.lam, s.lam)
+
+
+# ---------------------------------------------------------------------------------- spectral summaries
+
+
+def test_entropy_and_profile_against_dense_eigenvalues():
+    """S(ρ_ε) against the dense reference's eigenvalues of ρ_ε; the forward features sum to
+    ln n − S(ρ_ε); the profile is ln of the sorted dense eigenvalues at its ranks."""
+    from encmap.qre.spectral import profile_ranks, spectral_profile
+    from encmap.qre.spectral import von_neumann_entropy as entropy
+
+    rng = np.random.default_rng(4)
+    E = rng.standard_normal((80, 12)) * np.arange(1, 13) ** -1.5
+    eps = 1e-3
+    spec = factor_pip(E)
+    rho = (1 - eps) * spec.dense_rho() + eps * np.eye(80) / 80
+    assert entropy(spec, eps) == pytest.approx(von_neumann_entropy(rho), rel=1e-10)
+    assert entropy(spec, eps) == pytest.approx(math.log(80) - qre_features(spec, eps=eps).sum(), rel=1e-10)
+    dense = np.sort(np.linalg.eigvalsh(rho))[::-1]
+    ranks = profile_ranks(80)
+    assert ranks[0] == 1 and ranks[-1] == 80 and len(ranks) == 16 and np.all(np.diff(ranks) >= 0)
+    np.testing.assert_allclose(spectral_profile(spec, eps), np.log(dense[ranks - 1]), rtol=1e-8)
+    # Hand values: a rank-2 spectrum (0.75, 0.25) on n = 4 sentences, ε = 0: ln 0.75, ln 0.25,
+    # then the floor (the smallest double), at ranks 1, 2, 3 (= round(4^(k/15))), 4.
+    two = spectrum_from_arrays(np.eye(4)[:, :2], np.array([0.75, 0.25]))
+    assert entropy(two, 0.0) == pytest.approx(-(0.75 * math.log(0.75) + 0.25 * math.log(0.25)))
+    p = spectral_profile(two, 0.0)
+    assert p[0] == math.log(0.75) and math.log(0.25) in p and p[-1] == math.log(np.finfo(float).tiny)
+
+
+def test_spectral_summaries_ignore_the_eigenvectors_and_the_features_do_not():
+    """Invariances: rotating the embeddings or permuting the sentences changes no spectrum; a
+    permutation moves the per-sentence features with the sentences."""
+    from encmap.qre.spectral import spectral_profile, von_neumann_entropy as entropy
+
+    rng = np.random.default_rng(5)
+    E = rng.standard_normal((60, 10))
+    perm = rng.permutation(60)
+    a, b, c = factor_pip(E), factor_pip(E @ ortho_group.rvs(10, random_state=1)), factor_pip(E[perm])
+    for other in (b, c):
+        np.testing.assert_allclose(spectral_profile(other), spectral_profile(a), rtol=1e-9)
+        assert entropy(other) == pytest.approx(entropy(a), rel=1e-12)
+    np.testing.assert_allclose(qre_features(c), qre_features(a)[perm], rtol=1e-9)
+
+
+def test_the_random_eigenvector_null_keeps_the_spectrum_and_draws_haar_eigenvectors():
+    from encmap.qre.spectral import random_eigenvectors
+
+    spec = factor_pip(np.random.default_rng(6).standard_normal((50, 8)))
+    a, b = random_eigenvectors(spec, 0), random_eigenvectors(spec, 0)
+    assert np.array_equal(a.U, b.U) and np.array_equal(a.lam, spec.lam)  # same seed: same draw
+    np.testing.assert_allclose(a.U.T @ a.U, np.eye(8), atol=1e-12)
+    assert not np.array_equal(a.U, random_eigenvectors(spec, 1).U)
+
+
+def test_the_null_matches_exact_qre_for_random_eigenvectors_and_not_for_shared_ones():
+    """Two encoders whose eigenvectors are already random: their exact QRE lies within the null's
+    seed-to-seed spread. Two encoders that share their eigenvectors (different spectra): the null
+    puts them far further apart than they are."""
+    from encmap.qre.spectral import random_eigenvectors
+
+    n, r = 200, 20
+    rng = np.random.default_rng(7)
+    lam_a = np.arange(1, r + 1, dtype=float) ** -1.0
+    lam_b = np.arange(1, r + 1, dtype=float) ** -2.0
+    lam_a, lam_b = lam_a / lam_a.sum(), lam_b / lam_b.sum()
+
+    def spec(U, lam):
+        return spectrum_from_arrays(U, lam)
+
+    def orth(seed):
+        return np.linalg.qr(np.random.default_rng(seed).standard_normal((n, r)))[0]
+
+    def null(a, b, seeds=range(20)):
+        return np.array([pairwise_qre(random_eigenvectors(a, 2 * s), random_eigenvectors(b, 2 * s + 1), eps=1e-3)
+                         for s in seeds])
+
+    a, b = spec(orth(1), lam_a), spec(orth(2), lam_b)  # independent random eigenvectors
+    real, draws = pairwise_qre(a, b, eps=1e-3), null(a, b)
+    assert abs(real - draws.mean()) < 3 * draws.std() + 1e-9, (real, draws.mean(), draws.std())
+    U = orth(3)  # the same eigenvectors for both
+    a, b = spec(U, lam_a), spec(U, lam_b)
+    real, draws = pairwise_qre(a, b, eps=1e-3), null(a, b)
+    assert real < 0.2 * draws.min(), (real, draws.min())
+    del rng

@@ -14,7 +14,7 @@ from encmap.validation import EncmapError
 
 PARAMS = {"seed": 0, "max_loo_groups": 20, "folds": 5, "inner_folds": 3, "pca_dims": [2, 4, 8],
           "elasticnet_alphas": [1e-3, 1e-2, 1e-1], "l1_ratios": [0.5], "ridge_alphas": [1e-2, 1.0, 100.0],
-          "max_iter": 10000, "score_tables": [],
+          "max_iter": 10000, "score_tables": [], "predictor": "qre",
           "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": None, "bare_only": False}}
 
 
@@ -63,7 +63,8 @@ def test_group_only_target_leaks_under_random_cv_only(synthetic):
 def test_baselines_use_the_same_folds(synthetic):
     g, y = synthetic["groups"], synthetic["Y"][:, 0]
     rows = table(synthetic["rows"], task="linear")
-    assert {r["features"] for r in rows} == {"qre", "random", "dim", "layer", "parameters", "mean"}
+    assert {r["features"] for r in rows} == {"qre", "tasks", "qre+tasks", "random", "dim", "layer", "parameters",
+                                             "mean"}
     for prot, folds in (("grouped", 10), ("random", 5)):
         assert {r["folds"] for r in table(rows, protocol=prot)} == {folds}
         # The mean baseline, recomputed by hand on the protocol's folds: each held-out model's
@@ -173,7 +174,7 @@ def fake_run(root: Path, m: int = 12) -> tuple[str, list[str]]:
 
 
 OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png", "figure_svg", "failures",
-        "mteb_scores", "mteb_sources")
+        "mteb_scores", "mteb_sources", "baselines_png", "baselines_svg")
 
 
 def test_regress_step_and_bad_score_tables(tmp_path):
@@ -206,8 +207,9 @@ def test_regress_step_and_bad_score_tables(tmp_path):
     metrics = json.loads(Path(out["metrics"]).read_text())
     assert metrics["tasks"] == 3 and metrics["models"] == 4 and set(metrics["qre"]) == {"elasticnet", "ridge"}
     lines = Path(out["table"]).read_text().splitlines()
-    # tasks x protocols x (2 qre + 2 random + 3 one-column + mean); no meta.family: each model its own family
-    assert len(lines) == 1 + 3 * 3 * 8
+    # tasks x protocols x (2 qre + 2 tasks + 2 qre+tasks + 2 random + 3 one-column + mean); no spectral
+    # summaries in this matrix; no meta.family: each model its own family
+    assert len(lines) == 1 + 3 * 3 * 12
     assert set(metrics["qre"]["ridge"]) == {"grouped", "family", "random"}
     fm = read_feature_matrix(features)
     pred = predict_scores(out["regressors"], fm["F"][:2], fm["attrs"])
@@ -295,7 +297,7 @@ def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
     assert set(final["chosen"]["linear"]["ridge"]) == {"alpha"}
     assert set(final["chosen"]["linear"]["elasticnet"]) == {"alpha", "l1_ratio", "pca_components"}
     assert final["chosen"]["linear"]["elasticnet"]["pca_components"] in PARAMS["pca_dims"]
-    w, b, _ = _final_fit(("ridge", F, Y[:, 0], g), PARAMS, 0)
+    w, b, _ = _final_fit(("ridge", F, Y[:, 0], g, None), PARAMS, 0)
     np.testing.assert_array_equal(w, final["weights"][0, 1])
     # A step that is not affine is refused by name, not folded wrongly.
     from sklearn.pipeline import Pipeline
@@ -373,3 +375,137 @@ def test_place_refuses_layers_that_are_not_numbers(capsys):
 
     assert main(["place", "path:/nowhere", "--layers", "a,b"]) == 2  # old: a ValueError traceback
     assert "--layers 'a,b': expected hidden-state numbers" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- what the features capture
+
+
+def _synthetic_encoders(kind: str, m_models: int = 10, per: int = 4, n: int = 200, r: int = 24, seed: int = 0):
+    """Encoders of known structure, as QRE features and spectral summaries, with a target.
+
+    ``spectrum``: random eigenvectors, spectra decaying as k^-α with α varying; target α.
+    ``alignment``: one spectrum for all (k^-2.5); the top eigenvector leans on a labelled set of
+    40 sentences with weight c (the rest random); target c."""
+    from encmap.qre.features import qre_features
+    from encmap.qre.spectral import spectral_profile, von_neumann_entropy
+    from encmap.qre.spectrum import spectrum_from_arrays
+
+    rng = np.random.default_rng(seed)
+    m = m_models * per
+    v = np.zeros(n)
+    v[:40] = 1 / np.sqrt(40)
+    F, profiles, entropy, y = [], [], [], []
+    for i in range(m):
+        G = rng.standard_normal((n, r))
+        if kind == "spectrum":
+            alpha = rng.uniform(0.5, 2.5)
+            lam = np.arange(1, r + 1, dtype=float) ** -alpha
+            target = alpha
+        else:
+            lam = np.arange(1, r + 1, dtype=float) ** -2.5
+            c = rng.uniform(0.0, 0.95)
+            w = G[:, 0] - v * (v @ G[:, 0])
+            G[:, 0] = c * v + np.sqrt(1 - c * c) * w / np.linalg.norm(w)
+            target = c
+        U = np.linalg.qr(G)[0] * np.sign(np.diag(np.linalg.qr(G)[1]))
+        spec = spectrum_from_arrays(U, lam / lam.sum())
+        F.append(qre_features(spec, eps=1e-3))
+        profiles.append(spectral_profile(spec, eps=1e-3))
+        entropy.append(von_neumann_entropy(spec, eps=1e-3))
+        y.append(target)
+    groups = np.repeat([f"m{g}" for g in range(m_models)], per)
+    return (np.array(F), {"profile": np.array(profiles), "entropy": np.array(entropy)}, np.array(y)[:, None],
+            groups)
+
+
+def test_a_target_of_the_spectrum_alone_is_predicted_by_the_spectral_baselines():
+    F, spectral, Y, groups = _synthetic_encoders("spectrum")
+    rows, _ = regression_table(F, Y, ["alpha"], groups, records(len(F), groups), PARAMS, 0, spectral=spectral)
+    for fs in ("profile", "entropy"):
+        r = table(rows, protocol="grouped", features=fs, regressor="ridge")[0]
+        assert r["spearman"] > 0.9, r
+
+
+def test_a_target_of_the_eigenvectors_alone_escapes_the_spectral_baselines_not_the_features():
+    """Every spectrum the same: the spectral baselines are constant and predict nothing; the
+    per-sentence features see which sentences the top eigenvector weighs."""
+    F, spectral, Y, groups = _synthetic_encoders("alignment")
+    assert np.ptp(spectral["profile"], axis=0).max() < 1e-9 and np.ptp(spectral["entropy"]) < 1e-9
+    rows, _ = regression_table(F, Y, ["c"], groups, records(len(F), groups), PARAMS, 0, spectral=spectral)
+    for fs in ("profile", "entropy"):
+        r = table(rows, protocol="grouped", features=fs, regressor="ridge")[0]
+        assert not r["spearman"] > 0.3, r  # NaN: constant predictions
+    for fs in ("qre", "qre+profile"):  # measured: 0.82 (ridge), 0.88 (ElasticNet)
+        for reg in ("ridge", "elasticnet"):
+            r = table(rows, protocol="grouped", features=fs, regressor=reg)[0]
+            assert r["spearman"] > 0.7, r
+
+
+def test_leave_task_out_predicts_a_task_from_the_others():
+    """Two tasks that measure one latent skill: each is predicted from the other (tasks), and
+    adding features to them does not hide it (qre+tasks); features alone are noise here."""
+    rng = np.random.default_rng(9)
+    groups = np.repeat([f"m{g}" for g in range(12)], 3)
+    skill = rng.standard_normal(36)
+    Y = np.c_[skill + 0.1 * rng.standard_normal(36), skill + 0.1 * rng.standard_normal(36)]
+    Y[4, 1] = np.nan  # a missing score among the predictors: imputed
+    F = rng.standard_normal((36, 50))
+    rows, _ = regression_table(F, Y, ["a", "b"], groups, records(36, groups), PARAMS, 0)
+    for task in ("a", "b"):
+        assert table(rows, task=task, protocol="grouped", features="tasks", regressor="ridge")[0]["spearman"] > 0.9
+        assert table(rows, task=task, protocol="grouped", features="qre+tasks", regressor="ridge")[0]["spearman"] > 0.8
+        assert abs(table(rows, task=task, protocol="grouped", features="qre", regressor="ridge")[0]["spearman"]) < 0.5
+    one, _ = regression_table(F, Y[:, :1], ["a"], groups, records(36, groups), PARAMS, 0)
+    assert not {r["features"] for r in one} & {"tasks", "qre+tasks"}  # one task: no other to predict from
+
+
+def test_a_joined_predictor_is_one_linear_map_over_its_blocks(synthetic):
+    """The fitted regressors of qre+profile act on [F, profile] side by side: the stored weights
+    reproduce scikit-learn's own predictions, block weighting included."""
+    from encmap.downstream.regression import fit_final, fit_regressor, join_blocks
+
+    F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
+    profile = np.random.default_rng(2).standard_normal((len(F), 16))
+    X, w = join_blocks([F, profile])
+    np.testing.assert_allclose(w, np.r_[np.ones(300), np.full(16, np.sqrt(300 / 16))])
+    final = fit_final(F, Y[:, :1], ["linear"], g, PARAMS, 0, blocks=[F, profile])
+    assert final["weights"].shape == (1, 2, 316)
+    for r, reg in enumerate(("elasticnet", "ridge")):
+        est = fit_regressor(reg, X, Y[:, 0], g, "grouped", PARAMS, 0, weights=w)
+        est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
+        ref = est.predict(X)
+        np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
+                                   rtol=1e-9, atol=1e-9 * np.abs(ref).max())
+
+
+def test_the_predictor_is_selectable_and_place_uses_it(tmp_path):
+    """regress.predictor qre+profile: the table compares every set either way; the stored
+    regressors act on [features, profile] and need the new encoders' profile; the metrics and
+    the stored file say which predictor they are."""
+    from encmap.pipeline.regress import predict_scores, regress_step
+
+    features, dirs = fake_run(tmp_path)
+    import h5py
+
+    rng = np.random.default_rng(4)
+    with h5py.File(features, "r+") as f:  # the spectral summaries gather writes beside the features
+        f["profile"] = rng.standard_normal((12, 16))
+        f["entropy"] = rng.standard_normal(12)
+    out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
+    regress_step(features, dirs, out, regress=PARAMS | {"predictor": "qre+profile"})
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["predictor"] == "qre+profile" and {"entropy", "profile", "qre+profile", "tasks"} <= set(metrics)
+    assert Path(out["baselines_png"]).stat().st_size > 0
+    from encmap.artifacts.features import read_feature_matrix
+
+    fm = read_feature_matrix(features)
+    spectral = {k: v[:3] for k, v in fm["spectral"].items()}
+    pred = predict_scores(out["regressors"], fm["F"][:3], fm["attrs"], spectral)
+    with h5py.File(out["regressors"], "r") as f:
+        W, b = f["weights"][()], f["intercepts"][()]
+        assert f.attrs["predictor"] == "qre+profile" and W.shape[-1] == 40 + 16
+    np.testing.assert_allclose(pred["lee"]["ridge"], np.hstack([fm["F"][:3], spectral["profile"]]) @ W[0, 1] + b[0, 1])
+    with pytest.raises(EncmapError, match="needs the encoders' spectral summaries"):
+        predict_scores(out["regressors"], fm["F"][:3], fm["attrs"])
+    with pytest.raises(EncmapError, match="regress.predictor 'nope'"):
+        regress_step(features, dirs, out, regress=PARAMS | {"predictor": "nope"})

@@ -325,7 +325,8 @@ def _place(args) -> int:
         for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
             print(f"  {r:2d}. {nb}\t{d:.6g}")
     if res["predicted"]:
-        print("predicted main scores (ridge / elasticnet on the QRE features, trained on the map's encoders):")
+        print(f"predicted main scores (ridge / elasticnet on the {res['predictor']} features, trained on the map's "
+              "encoders):")
         for e in res["ids"]:
             print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f} / {p['elasticnet']:.3f}"
                                        for t, p in res["predicted"][e].items()))

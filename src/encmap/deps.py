@@ -66,7 +66,7 @@ STAGE_PARAMS: dict[str, tuple[str, ...]] = {
     "pairwise": ("qre.eps", "pairwise"),
     "cka_rbf": ("similarity.subset", "similarity.rbf"),
     "stitch": ("similarity.subset", "similarity.stitch"),
-    "map": ("map",),
+    "map": ("map", "regress.predictor"),
     "tasks": ("sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
               "evaluate.brown", "evaluate.polarity", "evaluate.data"),
     "evaluate": ("models.{model} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",

@@ -88,6 +88,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from .maps.page import page_data, render_page
     from .maps.tsne import TSNEMap, place_on_map
     from .qre.features import qre_features
+    from .qre.spectral import spectral_profile, von_neumann_entropy
     from .qre.pairwise import pairwise_qre_matrix
     from .qre.spectrum import factor_pip, prepare_embeddings
 
@@ -118,7 +119,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     res = run_model(model, "place", "stop", lambda: embed_model(model, science_spec(spec), texts,
                                                                   model_device(spec, device), threads=threads,
                                                                   degenerate="error"))
-    ids, feats, records, spectra = [], [], [], []
+    ids, feats, records, spectra, profiles, entropy = [], [], [], [], [], []
     # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the
     # pipeline's pip and features jobs (encmap.jobs), so a twin lands at distance 0.
     with threadpool_limits(1, user_api="blas"):
@@ -128,6 +129,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
             s = as_stored(factor_pip(E, tol=float(pattrs["tol"]), name=f"encoder {v.id!r}"), E)
             ids.append(v.id)
             feats.append(qre_features(s, direction=direction, eps=eps))
+            profiles.append(spectral_profile(s, eps=eps))
+            entropy.append(von_neumann_entropy(s, eps=eps))
             spectra.append(s)
             records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}, spec["meta"]))
     F_new = np.vstack(feats)
@@ -156,24 +159,26 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records, twin_ids))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
-    predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out)
+    predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out,
+                                  {"profile": np.vstack(profiles), "entropy": np.array(entropy)})
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e],
                "same_as": twin_ids[i]} for i, e in enumerate(ids)]
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
     return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted,
-            "same_as": dict(zip(ids, twin_ids))}
+            "same_as": dict(zip(ids, twin_ids)), "predictor": read_h5(root / "results/regression/regressors.h5", [])[1]
+            .get("predictor", "qre") if predicted else None}
 
 
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
-                      out: Path) -> dict[str, dict[str, dict[str, float]]]:
+                      out: Path, spectral: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, float]]]:
     """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
     from .pipeline.regress import predict_scores
 
     if not regressors.is_file():
         return {}
-    pred = predict_scores(regressors, F_new, attrs)
+    pred = predict_scores(regressors, F_new, attrs, spectral)
     table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
              for i, e in enumerate(ids)}
     rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v} for e, by_t in table.items()

@@ -12,8 +12,15 @@ from ..io import h5_datasets, read_h5
 from ..validation import EncmapError
 
 
+#: What the matrix holds beside the features of each encoder: its spectrum's summaries
+#: (:mod:`encmap.qre.spectral`): ``entropy`` (m,) and ``profile`` (m, 16).
+SPECTRAL = ("entropy", "profile")
+
+
 def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[str, Any]:
-    """``results/features/qre.h5``: features (m, n), ids, encoder records and attributes.
+    """``results/features/qre.h5``: features (m, n), ids, encoder records, attributes, and the
+    spectral summaries (``spectral``: ``{"entropy": (m,), "profile": (m, k)}``; empty for a
+    matrix that has none, e.g. a user's own).
 
     ``require_records=False``: any matrix with datasets ``features`` (m, n) and ``encoder_ids``
     (m) is read (``records`` None when it has no ``encoders``), e.g. a user's own for ``encmap
@@ -21,14 +28,20 @@ def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[
     """
     _, attrs = read_h5(path, [])
     names = ["features", "encoder_ids"]
-    with_records = require_records or "encoders" in h5_datasets(path)
-    data, _ = read_h5(path, names + (["encoders"] if with_records else []))
+    present = h5_datasets(path)
+    with_records = require_records or "encoders" in present
+    spectral = [k for k in SPECTRAL if k in present]
+    data, _ = read_h5(path, names + (["encoders"] if with_records else []) + spectral)
     F, ids = np.asarray(data["features"]), [str(x) for x in data["encoder_ids"]]
     if F.ndim != 2 or F.shape[0] != len(ids):
         raise EncmapError(f"{path}: features of shape {F.shape} for {len(ids)} encoder_ids; expected (m, n) with "
                           "one row per id")
+    summaries = {k: np.asarray(data[k], dtype=np.float64) for k in spectral}
+    bad = [k for k, v in summaries.items() if v.shape[0] != len(ids)]
+    if bad:
+        raise EncmapError(f"{path}: dataset {bad[0]!r} has {summaries[bad[0]].shape[0]} rows for {len(ids)} encoders")
     return {"F": F, "ids": ids, "records": [json.loads(x) for x in data["encoders"]] if with_records else None,
-            "attrs": attrs}
+            "attrs": attrs, "spectral": summaries}
 
 
 def encoder_record(attrs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:

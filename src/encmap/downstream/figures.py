@@ -57,3 +57,48 @@ def draw_predictions(rows: Sequence[dict], tasks: Sequence[str], png: str | Path
                 ax.set_xticks([])
                 ax.set_yticks([])
     save_figure(fig, png, svg)
+
+
+def draw_baselines(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, svg: str | Path,
+                   regressor: str = "ridge") -> None:
+    """Out-of-fold Spearman of every feature set, per task (rows) and CV protocol (columns).
+
+    ``rows`` are the regression table's rows; one regressor's (ridge: every feature set has
+    it; the training mean has none) bars per panel, the QRE features in blue, the spectral
+    baselines in orange, the leave-task-out ones in green, the rest in grey.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from .regression import FEATURE_SETS
+
+    plt.rcParams["svg.hashsalt"] = "encmap"
+    plt.rcParams["text.parse_math"] = False
+    protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]
+    sets = [fs for fs in FEATURE_SETS if any(r["features"] == fs and r["regressor"] == regressor for r in rows)]
+    colour = {fs: ("tab:blue" if fs == "qre" else "tab:orange" if fs in ("entropy", "profile", "qre+profile")
+                   else "tab:green" if "tasks" in fs else "0.6") for fs in sets}
+    fig, axes = plt.subplots(len(tasks), len(protocols), figsize=(3.6 * len(protocols), 0.26 * len(sets) * len(tasks) + 1),
+                             squeeze=False)
+    for i, task in enumerate(tasks):
+        for j, prot in enumerate(protocols):
+            ax = axes[i, j]
+            got = {r["features"]: r["spearman"] for r in rows
+                   if r["task"] == task and r["protocol"] == prot and r["regressor"] == regressor}
+            vals = [got.get(fs, np.nan) for fs in sets]
+            y = np.arange(len(sets))[::-1]
+            ax.barh(y, np.nan_to_num(vals), color=[colour[fs] for fs in sets])
+            for yy, v in zip(y, vals):
+                ax.text(0.0 if not np.isfinite(v) or v >= 0 else v, yy, " n/a" if not np.isfinite(v) else f" {v:.2f}",
+                        va="center", fontsize=6)
+            ax.set_yticks(y, sets, fontsize=6)
+            ax.set_xlim(-1, 1)
+            ax.axvline(0, color="black", lw=0.6)
+            ax.set_title(f"{task}: {prot} CV ({regressor})", fontsize=8)
+            ax.tick_params(axis="x", labelsize=6)
+            if i == len(tasks) - 1:
+                ax.set_xlabel("Spearman, out of fold", fontsize=7)
+    fig.tight_layout()
+    save_figure(fig, png, svg)

@@ -11,11 +11,21 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   model the regressor has never seen; left out of a task with fewer than 3 families. Plain
   shuffled K-fold (``random``) beside them: its gap to ``grouped`` is how much a variant's
   siblings leak its score;
-- baselines on the very same folds: seeded Gaussian features of the features' shape (both
-  regressors), the embedding width alone, the layer index alone (plus an "is not a layer"
-  indicator), log10(1 + parameter count) alone (one column each: ridge), and the training
-  folds' mean (``mean``);
+- baselines on the very same folds: the spectrum's own summaries (:mod:`encmap.qre.spectral`):
+  its von Neumann entropy (``entropy``, one number, already inside the features: they sum to
+  ln n minus it) and its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
+  both regressors), and the features together with the profile (``qre+profile``); the encoder's
+  scores on the *other* tasks (``tasks``: leave-task-out, what a leaderboard already tells), and
+  the features together with them (``qre+tasks``: what the features add to it); seeded Gaussian
+  features of the features' shape (both regressors), the embedding width alone, the layer index
+  alone (plus an "is not a layer" indicator), log10(1 + parameter count) alone (one column each:
+  ridge), and the training folds' mean (``mean``). Blocks joined side by side are weighted
+  after standardising so that each carries the same total variance (10,000 feature columns
+  would otherwise drown 16 profile columns under one ridge penalty);
 - out-of-fold predictions of every encoder are compared with the truth: Spearman, Pearson, MAE.
+
+The regressors ``encmap place`` uses are fitted on one *predictor* (``regress.predictor``): a
+feature set computable from an encoder alone (:data:`PREDICTORS`).
 """
 
 from __future__ import annotations
@@ -35,7 +45,47 @@ GROUPED_BY = {"grouped": "models", "family": "families"}
 #: Fewest groups a held-out-group CV runs on (with 2, each fold holds out half the data).
 MIN_GROUPS = 3
 #: Feature sets compared: the QRE features, then the baselines.
-FEATURE_SETS = ("qre", "random", "dim", "layer", "parameters", "mean")
+FEATURE_SETS = ("qre", "entropy", "profile", "qre+profile", "tasks", "qre+tasks", "random", "dim", "layer",
+                "parameters", "mean")
+#: Feature sets an encoder has on its own (no scores): what the fitted regressors can use.
+PREDICTORS = ("qre", "entropy", "profile", "qre+profile")
+#: Feature sets of one column: ridge only (PCA of one column is the column).
+ONE_COLUMN = ("entropy", "dim", "layer", "parameters")
+
+
+def scale_columns(X: np.ndarray, w: np.ndarray | None = None) -> np.ndarray:
+    """The first ``len(w)`` columns times ``w``; the rest (an imputer's indicators) as they are.
+
+    A module-level function, so that fitted pipelines pickle (worker processes)."""
+    if w is None:
+        return X
+    X = np.array(X, dtype=np.float64, copy=True)
+    X[:, :len(w)] *= w
+    return X
+
+
+def join_blocks(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None]:
+    """Blocks (m, p_b) side by side, and the column weights that give each block the same total
+    variance once every column is standardised: sqrt(p_max / p_b) (None for one block)."""
+    blocks = [np.asarray(b, dtype=np.float64).reshape(len(b), -1) for b in blocks]
+    X = np.hstack(blocks)
+    if len(blocks) == 1:
+        return X, None
+    widest = max(b.shape[1] for b in blocks)
+    return X, np.concatenate([np.full(b.shape[1], np.sqrt(widest / b.shape[1])) for b in blocks])
+
+
+def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] | None) -> list[np.ndarray]:
+    """The blocks of predictor ``name`` (:data:`PREDICTORS`) for encoders with features F (m, n)
+    and spectral summaries (``entropy`` (m,), ``profile`` (m, k))."""
+    if name not in PREDICTORS:
+        raise EncmapError(f"regress.predictor {name!r}: choose one of {list(PREDICTORS)}")
+    if name != "qre" and not spectral:
+        raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summaries (qre.h5 made by an "
+                          "older encmap: rerun the features and gather rules)")
+    return {"qre": lambda: [F], "entropy": lambda: [np.asarray(spectral["entropy"]).reshape(-1, 1)],
+            "profile": lambda: [spectral["profile"]],
+            "qre+profile": lambda: [F, spectral["profile"]]}[name]()
 
 
 def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, int],
@@ -109,7 +159,7 @@ def leading_columns(X: np.ndarray, k: int = 1) -> np.ndarray:
 
 
 def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, Any], random_state: int,
-                   impute: bool = False):
+                   impute: bool = False, weights: np.ndarray | None = None):
     """The pipeline of regressor ``name`` for training rows ``X`` (n, p), or the mean for ``mean``.
 
     Unsupervised steps (impute missing values with an indicator column, standardise, and for
@@ -118,7 +168,8 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     ``search`` step, a GridSearchCV). The PCA sizes tried are ``params['pca_dims']`` capped at
     what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
     ``impute``: the feature matrix has missing values somewhere (decided on all rows, not these:
-    a held-out model may be the only one with a missing value).
+    a held-out model may be the only one with a missing value). ``weights``: column weights of
+    blocks joined side by side (:func:`join_blocks`), applied after standardising.
     """
     from sklearn.decomposition import PCA
     from sklearn.dummy import DummyRegressor
@@ -136,6 +187,8 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
         head.append(("impute", SimpleImputer(strategy="mean", add_indicator=True, keep_empty_features=True)))
         p += int(np.isnan(X).any(axis=0).sum())
     head.append(("scale", StandardScaler()))
+    if weights is not None:
+        head.append(("blocks", FunctionTransformer(scale_columns, kw_args={"w": weights})))
     if name == "ridge":
         search = GridSearchCV(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv=cv,
                               scoring="neg_mean_squared_error", error_score="raise")
@@ -155,11 +208,13 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
 
 
 def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, protocol: str,
-                  params: dict[str, Any], random_state: int, impute: bool = False):
+                  params: dict[str, Any], random_state: int, impute: bool = False,
+                  weights: np.ndarray | None = None):
     """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
     from sklearn.exceptions import ConvergenceWarning
 
-    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute)
+    est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute,
+                         weights)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConvergenceWarning)
         est.fit(X, y)
@@ -167,12 +222,12 @@ def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, p
 
 
 def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,
-                  params: dict[str, Any], random_state: int) -> np.ndarray:
+                  params: dict[str, Any], random_state: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits``."""
     pred = np.full(len(y), np.nan)
     impute = bool(np.isnan(X).any())
     for train, test in splits:
-        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, impute)
+        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, impute, weights)
         pred[test] = est.predict(X[test])
     return pred
 
@@ -188,21 +243,22 @@ def prediction_quality(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
 
 
 def regressors_for(features: str) -> tuple[str, ...]:
-    """Both regressors for feature matrices (QRE, random); ridge for one-column baselines; the mean."""
+    """Both regressors for feature matrices; ridge for one-column baselines; the mean."""
     if features == "mean":
         return ("mean",)
-    return REGRESSORS if features in ("qre", "random") else ("ridge",)
+    return ("ridge",) if features in ONE_COLUMN else REGRESSORS
 
 
 def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.ndarray:
-    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol) unit."""
-    reg, X, y, g, splits, protocol = unit
-    return cross_predict(reg, X, y, g, splits, protocol, params, random_state)
+    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol, weights) unit."""
+    reg, X, y, g, splits, protocol, weights = unit
+    return cross_predict(reg, X, y, g, splits, protocol, params, random_state, weights)
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
                      records: list[dict[str, Any]] | None, params: dict[str, Any], random_state: int,
-                     n_jobs: int | None = None, families: list[str] | np.ndarray | None = None
+                     n_jobs: int | None = None, families: list[str] | np.ndarray | None = None,
+                     spectral: dict[str, np.ndarray] | None = None, feature_sets: tuple[str, ...] = FEATURE_SETS
                      ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every task x protocol x feature set x regressor: out-of-fold predictions and their quality.
 
@@ -227,6 +283,11 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         The family of each encoder (each model in exactly one): the ``family`` protocol holds
         out whole families. None, or fewer than 3 families among a task's scored encoders: that
         task has no ``family`` rows.
+    spectral : dict, optional
+        ``entropy`` (m,) and ``profile`` (m, k): the spectral baselines (left out without them).
+        The leave-task-out sets (``tasks``, ``qre+tasks``) need at least 2 tasks.
+    feature_sets : the sets to compare (default every one of :data:`FEATURE_SETS` there are
+        data for), e.g. ``("tasks", "mean")`` for scores without features.
 
     Returns
     -------
@@ -241,11 +302,16 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     if families is not None:
         labels["family"] = np.asarray(families).astype(str)
     base = baseline_features(records, F.shape, random_state)
-    sets = {"qre": F} | base
+    sets: dict[str, list[np.ndarray]] = {"qre": [F]} | {k: [v] for k, v in base.items()}
+    if spectral:
+        sets |= {name: predictor_blocks(name, F, spectral) for name in ("entropy", "profile", "qre+profile")}
     keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
         y = Y[have, t]
+        # Leave-task-out: the encoder's scores on every other task (missing ones imputed).
+        others = [Y[:, [j for j in range(len(tasks)) if j != t]]] if len(tasks) > 1 else None
+        task_sets = sets | ({"tasks": others, "qre+tasks": [F, others[0]]} if others else {})
         for protocol in PROTOCOLS:
             # Held-out groups need 3 of them (a map of one or two models, a task scored on fewer
             # families): that protocol is left out of the task, the others still run.
@@ -253,11 +319,12 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
                 continue
             g = labels[protocol][have]
             splits = outer_splits(g, protocol, params, random_state)
-            for fs in (fs for fs in FEATURE_SETS if fs in sets or fs == "mean"):
+            for fs in (fs for fs in FEATURE_SETS if fs in feature_sets and (fs in task_sets or fs == "mean")):
+                X, w = (np.zeros((len(have), 1)), None) if fs == "mean" else join_blocks(
+                    [b[have] for b in task_sets[fs]])
                 for reg in regressors_for(fs):
-                    X = np.zeros((len(have), 1)) if fs == "mean" else sets[fs][have]
                     keys.append((task, protocol, fs, reg, have, y, len(splits)))
-                    units.append((reg, X, y, g, splits, protocol))
+                    units.append((reg, X, y, g, splits, protocol, w))
     predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
     rows, preds = [], []
     for (task, protocol, fs, reg, have, y, folds), p in zip(keys, predicted):
@@ -312,6 +379,10 @@ def linear_form(est, p: int) -> tuple[np.ndarray, float]:
     def flat(e):
         return [s for _, x in e.steps for s in flat(x)] if isinstance(e, Pipeline) else [e]
 
+    def weights_of(step) -> np.ndarray | None:  # a block weighting step's column weights
+        w = (step.kw_args or {}).get("w")
+        return None if w is None else np.asarray(w, dtype=np.float64)
+
     *head, model = flat(est)
     dims = [p]  # each step's input width, to pad what ``leading_columns`` dropped
     for step in head:
@@ -331,6 +402,10 @@ def linear_form(est, p: int) -> tuple[np.ndarray, float]:
             b -= float(step.mean_ @ w)
         elif isinstance(step, FunctionTransformer) and step.func is leading_columns:
             w = np.concatenate([w, np.zeros(width - len(w))])
+        elif isinstance(step, FunctionTransformer) and step.func is scale_columns:
+            cw = weights_of(step)
+            if cw is not None:  # x -> x * cw on the first len(cw) columns (no imputer here: all of them)
+                w = w * np.concatenate([cw, np.ones(len(w) - len(cw))])
         else:
             raise EncmapError(f"cannot write a fitted {type(step).__name__} step as a linear map")
     return w, b
@@ -338,9 +413,10 @@ def linear_form(est, p: int) -> tuple[np.ndarray, float]:
 
 def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, float, dict[str, Any]]:
     """One regressor fitted on all of (X, y): its linear form (w (p,), b) and the inner CV's choices."""
-    reg, X, y, g = unit
+    reg, X, y, g, weights = unit
     # Inner CV grouped by model, as in the outer folds; a map of one model can only shuffle.
-    est = fit_regressor(reg, X, y, g, "grouped" if len(np.unique(g)) >= 2 else "random", params, random_state)
+    est = fit_regressor(reg, X, y, g, "grouped" if len(np.unique(g)) >= 2 else "random", params, random_state,
+                        weights=weights)
     search = est.named_steps["search"]
     est.steps[-1] = ("model", search.best_estimator_)
     chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
@@ -350,13 +426,17 @@ def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[
 
 
 def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
-              params: dict[str, Any], random_state: int, n_jobs: int | None = None) -> dict[str, Any]:
+              params: dict[str, Any], random_state: int, n_jobs: int | None = None,
+              blocks: list[np.ndarray] | None = None) -> dict[str, Any]:
     """Each task's regressors fitted on every encoder that has its score (grouped inner CV).
 
     Parameters
     ----------
     F : ndarray (m, n)
         QRE features of the encoders on the map.
+    blocks : list of ndarray, optional
+        The predictor's blocks (:func:`predictor_blocks`; default ``[F]``): the regressors act
+        on them side by side, (m, p), p their total width.
     Y : ndarray (m, T)
         Scores, NaN where an encoder has none for a task.
     n_jobs : int, optional
@@ -365,20 +445,22 @@ def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] 
     Returns
     -------
     dict
-        ``weights`` (T, R, n) and ``intercepts`` (T, R): task t's regressor r (in
-        :data:`REGRESSORS` order) predicts ``F_new @ weights[t, r] + intercepts[t, r]``;
-        ``chosen``: ``{task: {regressor: the inner CV's hyper-parameters}}``.
+        ``weights`` (T, R, p) and ``intercepts`` (T, R): task t's regressor r (in
+        :data:`REGRESSORS` order) predicts ``X_new @ weights[t, r] + intercepts[t, r]``, X_new
+        the new encoders' blocks side by side; ``chosen``: ``{task: {regressor: the inner CV's
+        hyper-parameters}}``.
     """
     from ..parallel import map_single_threaded
 
+    X, weights = join_blocks(blocks if blocks is not None else [F])
     groups = np.asarray(groups).astype(str)
     units = []
     for t in range(len(tasks)):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
-        units += [(reg, F[have], Y[have, t], groups[have]) for reg in REGRESSORS]
+        units += [(reg, X[have], Y[have, t], groups[have], weights) for reg in REGRESSORS]
     fitted = map_single_threaded(partial(_final_fit, params=params, random_state=random_state), units, n_jobs)
     shape = (len(tasks), len(REGRESSORS))
-    return {"weights": np.stack([w for w, _, _ in fitted]).reshape(*shape, F.shape[1]),
+    return {"weights": np.stack([w for w, _, _ in fitted]).reshape(*shape, X.shape[1]),
             "intercepts": np.array([b for _, b, _ in fitted]).reshape(shape),
             "chosen": {task: {reg: fitted[t * len(REGRESSORS) + r][2] for r, reg in enumerate(REGRESSORS)}
                        for t, task in enumerate(tasks)}}

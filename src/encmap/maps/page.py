@@ -31,7 +31,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
               layout: str = "map", others: Mapping[str, np.ndarray] | None = None,
               faithfulness: Mapping[str, Mapping[str, float]] | None = None,
               scores: Mapping[str, Sequence[Sequence[Any]]] | None = None,
-              same: Sequence[str | None] | None = None) -> dict:
+              same: Sequence[str | None] | None = None, predictor: str = "qre") -> dict:
     """Everything the page shows, as plain JSON-able data.
 
     Parameters
@@ -47,6 +47,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     scores : per encoder id, rows ``[task, measured, predicted]`` (predicted may be None)
     same : per encoder, the map encoder it is identical to and drawn on (None: none); the
         hover of every encoder of such a group names the others
+    predictor : the feature set whose predictions ``scores`` holds (named on the page)
     """
     others = dict(others or {})
     faithfulness = faithfulness or {}
@@ -79,6 +80,7 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
         "lineage": [[int(c), int(p)] for c, p in edges],
         "scores": [[[str(t), num(a), num(p)] for t, a, p in (scores or {}).get(e, ())] for e in ids],
         "same": twins,
+        "predictor": predictor,
         "placed": [{"id": p["id"], "x": float(p["x"]), "y": float(p["y"]), "values": field_values(p["record"]),
                     "same": p.get("same_as"),
                     "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]]} for p in placed],
@@ -124,7 +126,7 @@ _SCRIPT = r"""
     lines.push("nearest (" + esc(D.metric) + "):");
     for (const [id, d] of D.neighbours[i]) lines.push("  " + esc(id) + "  " + d.toPrecision(4));
     if (D.scores[i].length) {
-      lines.push("score: measured / predicted (QRE ridge, model held out)");
+      lines.push("score: measured / predicted (" + esc(D.predictor) + " features, ridge, model held out)");
       for (const [t, a, p] of D.scores[i])
         lines.push("  " + esc(t) + "  " + fixed3(a) + " / " + fixed3(p));
     }

@@ -11,10 +11,12 @@ from ..artifacts.embeddings import CARRIED, check_is_encoder
 from ..artifacts.pip import load_spectrum
 from ..io import read_h5, write_h5
 from ..qre.features import qre_features, qre_to_base
+from ..qre.spectral import spectral_profile, von_neumann_entropy
 
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
-    """QRE features (n,) of one encoder from its stored factored PIP (a placeholder for a failed model)."""
+    """QRE features (n,) of one encoder from its stored factored PIP, with its spectrum's summaries
+    (``profile`` (16,), attribute ``entropy``); a placeholder for a failed model."""
     _, attrs = read_h5(pip_file, [])
     if attrs.get("failed"):  # the model failed under embed.on_error: skip
         check_is_encoder(pip_file, attrs, Path(pip_file).stem, "PIP", Path(pip_file).parent.name)
@@ -24,7 +26,10 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
         spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
         feats = qre_features(spec, direction=direction, eps=eps)
         to_base = qre_to_base(spec, direction=direction, eps=eps)
-    write_h5(out, {"features": feats}, {k: attrs.get(k, "") for k in CARRIED} | {
+        # The spectrum's own summaries, the regression's spectral baselines (encmap.qre.spectral).
+        profile = spectral_profile(spec, eps=eps)
+        entropy = von_neumann_entropy(spec, eps=eps)
+    write_h5(out, {"features": feats, "profile": profile}, {k: attrs.get(k, "") for k in CARRIED} | {
         "d": int(attrs["d"]), "direction": direction, "eps": eps,
-        "qre_to_base": to_base, "encmap_version": __version__,
+        "qre_to_base": to_base, "entropy": entropy, "encmap_version": __version__,
     })

@@ -24,12 +24,13 @@ from ..validation import EncmapError, check_perplexity
 
 
 def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any],
-             predictions: str | None = None) -> None:
+             predictions: str | None = None, predictor: str = "qre") -> None:
     """Fit the map and write every map output: coords, neighbours, figures, page, model, metrics.
 
     The page also carries the second layout (exact QRE beside the ℓ1 map, or ℓ1 beside an
     exact-QRE map) with the faithfulness figures of each, and, from ``predictions`` (the
-    regression's predictions.csv), each encoder's measured and predicted scores. ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
+    regression's predictions.csv), each encoder's measured and predicted scores (those of the
+    regression's ``predictor`` feature set, ridge, its model held out). ``out`` names the files (keys ``coords``, ``neighbours``, ``html``, ``model``, ``metrics``,
     ``timing``, and ``png_<field>`` / ``svg_<field>``). Everything is validated and computed
     before the first file is written.
     """
@@ -128,7 +129,8 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
                 old.unlink()
     page = page_data(ids, tmap.coords, records, fields, nn_idx, nn_dist, "l1", layout=metric,
                      others={other: tmap2.coords}, faithfulness=faith,
-                     scores=held_out_scores(predictions) if predictions else None, same=same)
+                     scores=held_out_scores(predictions, features=predictor) if predictions else None, same=same,
+                     predictor=predictor)
     atomic_write_text(out["html"], render_page(page))
     atomic_write_json(out["metrics"], rounded(metrics))
     atomic_write_json(out["timing"], {"map_fit_seconds": round(fit_seconds, 3)})

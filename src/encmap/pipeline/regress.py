@@ -13,9 +13,17 @@ from .. import __version__
 from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.failures import FAILED, failure_report, read_failure
 from ..artifacts.features import read_feature_matrix
-from ..downstream.figures import draw_predictions
+from ..downstream.figures import draw_baselines, draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
-from ..downstream.regression import REGRESSORS, fit_final, regression_table, require_groups, summary
+from ..downstream.regression import (
+    REGRESSORS,
+    fit_final,
+    join_blocks,
+    predictor_blocks,
+    regression_table,
+    require_groups,
+    summary,
+)
 from ..downstream.score_tables import read_groups, read_score_table, score_table_text
 from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, read_json, rounded, write_h5
 from ..validation import EncmapError
@@ -94,7 +102,7 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
         keep = [j for j, t in enumerate(tasks) if t not in few]
         tasks, Y = [tasks[j] for j in keep], Y[:, keep]
     rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs,
-                                   families=families_of(fm["records"]))
+                                   families=families_of(fm["records"]), spectral=fm.get("spectral"))
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
@@ -140,7 +148,9 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     res = run_regression(fm, scores, tasks, groups, regress, jobs)
     tasks = res["tasks"]
     ids = fm["ids"]
-    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"], jobs)
+    predictor = regress["predictor"]
+    final = fit_final(fm["F"], res["Y"], tasks, groups, regress, regress["seed"], jobs,
+                      blocks=predictor_blocks(predictor, fm["F"], fm["spectral"]))
     pred_rows = [p | {"encoder": ids[p["encoder"]], "model": groups[p["encoder"]]} for p in res["predictions"]]
     score_rows = [{"encoder": e, "model": g} | {t: res["Y"][i, j] for j, t in enumerate(tasks)}
                   for i, (e, g) in enumerate(zip(ids, groups))]
@@ -148,15 +158,16 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     atomic_write_text(out["predictions"], csv_table(pred_rows, ["encoder", "model", "task", "protocol", "features",
                                                            "regressor", "actual", "predicted"]))
     atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
-    draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"])
+    draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"], features=predictor)
+    draw_baselines(res["rows"], tasks, out["baselines_png"], out["baselines_svg"])
     write_h5(out["regressors"], {"weights": final["weights"], "intercepts": final["intercepts"],
                                  "tasks": np.array(tasks), "regressors": np.array(REGRESSORS),
                                  "encoder_ids": np.array(ids)},
              {"chosen": final["chosen"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
               "eps": float(fm["attrs"]["eps"]), "direction": str(fm["attrs"]["direction"]),
-              "n": int(fm["F"].shape[1]), "encmap_version": __version__})
+              "n": int(fm["F"].shape[1]), "predictor": predictor, "encmap_version": __version__})
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {
-        "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
+        "predictor": predictor, "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
         "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures),
         "tasks_with_too_few_scores": len(res["left_out"])}
         | ({f"mteb_{k}": published.counts()[k] for k in ("models_with_a_score", "models_complete", "scores",
@@ -168,14 +179,16 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
                       {"split": None, "counts": None, "models": [], "note": "regress.mteb.results is null"})
 
 
-def predict_scores(regressors: str | Path, F: np.ndarray,
-                   attrs: dict[str, Any]) -> dict[str, dict[str, np.ndarray]]:
-    """Each task's predicted main score for new encoders' QRE features F (k, n), per regressor.
+def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any],
+                   spectral: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, np.ndarray]]:
+    """Each task's predicted main score for new encoders, per regressor.
 
-    ``attrs`` are the feature settings the new rows were computed with (sentences_sha256, eps,
-    direction); they must be the ones the regressors were trained on. ``regressors`` is the
-    HDF5 file of :func:`regress_step` (``weights`` (T, R, n), ``intercepts`` (T, R)). Returns
-    ``{task: {regressor: predictions (k,)}}``.
+    ``F`` (k, n): their QRE features; ``spectral``: their spectral summaries (``entropy`` (k,),
+    ``profile`` (k, 16)), needed when the regressors were fitted on a spectral predictor
+    (``regress.predictor``). ``attrs`` are the feature settings the new rows were computed with
+    (sentences_sha256, eps, direction); they must be the ones the regressors were trained on.
+    ``regressors`` is the HDF5 file of :func:`regress_step` (``weights`` (T, R, p),
+    ``intercepts`` (T, R), attribute ``predictor``). Returns ``{task: {regressor: predictions (k,)}}``.
     """
     p = Path(regressors)
     if not p.is_file():
@@ -188,8 +201,12 @@ def predict_scores(regressors: str | Path, F: np.ndarray,
     if float(meta["eps"]) != float(attrs["eps"]) or int(meta["n"]) != F.shape[1]:
         raise EncmapError(f"{p}: regressors were trained on features of n = {meta['n']}, eps = {meta['eps']}; "
                           f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
+    X, _ = join_blocks(predictor_blocks(str(meta.get("predictor", "qre")), F, spectral))
     W, b = saved["weights"], saved["intercepts"]
-    return {t: {reg: F @ W[i, r] + b[i, r] for r, reg in enumerate(saved["regressors"])}
+    if W.shape[-1] != X.shape[1]:
+        raise EncmapError(f"{p}: regressors on {W.shape[-1]} columns, the new encoders' predictor "
+                          f"{meta.get('predictor', 'qre')!r} has {X.shape[1]}; rerun the 'regress' rule")
+    return {t: {reg: X @ W[i, r] + b[i, r] for r, reg in enumerate(saved["regressors"])}
             for i, t in enumerate(saved["tasks"])}
 
 
