@@ -1,7 +1,9 @@
 # encmap: a map of sentence encoders. This file is a table of contents: one rule per file in
 # rules/, each running scripts/<rule>.py, a thin adapter for encmap.pipeline.<rule> (the logic
-# lives in src/encmap/). params.yaml is both this workflow's config and DVC's params file; it is
-# validated against src/encmap/params.schema.json before any job starts.
+# lives in src/encmap/); each rule's inputs and outputs come from the stage registry
+# (src/encmap/workflow/stages.py), which dvc.yaml is generated from. params.yaml is both this
+# workflow's config and DVC's params file; it is validated against src/encmap/params.schema.json
+# before any job starts.
 
 from encmap.params import snakemake_configfile
 
@@ -26,20 +28,9 @@ include: "rules/evaluate.smk"   # per model: downstream scores of every encoder
 include: "rules/regress.smk"    # predicting scores from the features
 
 
-# Every artifact, so that one that is missing (deleted, or moved aside as damaged by
-# encmap.integrity) is always made again; Snakemake does not remake a missing intermediate file.
+# Every artifact of every stage (from the stage registry), so that one that is missing is always
+# made again: Snakemake does not remake a missing intermediate file. regressors.h5 is what
+# `encmap place` predicts scores with.
 rule all:
     input:
-        rules.curate.output,
-        expand("results/embeddings/{model}", model=MODELS),
-        PIPS,
-        FEATURES,
-        rules.gather.output,
-        rules.pairwise.output,
-        rules.cka_rbf.output,
-        rules.stitch.output,
-        rules.agreement.output,
-        rules.map.output,
-        rules.tasks.output,
-        expand("results/eval/{model}", model=MODELS),
-        rules.regress.output,  # regressors.h5: what `encmap place` predicts scores with
+        all_targets(config),

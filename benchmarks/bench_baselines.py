@@ -24,8 +24,8 @@ def main() -> None:
     from encmap.artifacts.features import read_feature_matrix
     from encmap.artifacts.pip import load_spectrum
     from encmap.downstream.regression import regression_table, summary
-    from encmap.layout import LAYOUT
-    from encmap.pipeline.regress import families_of, read_eval_scores, score_matrix
+    from encmap.workflow.layout import LAYOUT
+    from encmap.downstream.prediction import families_of, read_eval_scores, score_matrix
     from encmap.qre.spectral import spectral_profile, von_neumann_entropy
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

@@ -1,4 +1,4 @@
-"""Published MTEB scores for the whole `encmap zoo` catalogue, read from a copy of MTEB's results
+"""Published MTEB scores for the whole `encmap catalogue` catalogue, read from a copy of MTEB's results
 repository: what the reader yields (models with a score, models complete, n per task) and what it
 costs (seconds, peak memory), for the current reader and, side by side, the reader of an earlier
 commit (``--old COMMIT``: its ``published_scores`` loaded from ``git show``).
@@ -27,7 +27,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def catalogue_models() -> dict[str, tuple[str, str | None]]:
-    """Output encoder -> (MTEB name, pinned revision) of every `encmap zoo` entry (default filters)."""
+    """Output encoder -> (MTEB name, pinned revision) of every `encmap catalogue` entry (default filters)."""
     from encmap.encoders.catalogue import catalogue, registry_records
 
     entries, _ = catalogue(registry_records())

@@ -36,7 +36,7 @@ def main() -> None:
     from encmap.artifacts.pip import as_stored, load_spectrum
     from encmap.encoders.embed import embed_model
     from encmap.io import read_curated, read_h5
-    from encmap.layout import LAYOUT
+    from encmap.workflow.layout import LAYOUT
     from encmap.maps.distances import feature_distances, symmetrised_qre
     from encmap.qre.features import qre_features
     from encmap.qre.pairwise import pairwise_qre_matrix

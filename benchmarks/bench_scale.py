@@ -79,7 +79,7 @@ def measured(cmd: list[str], cwd: Path) -> dict:
 
 def floor(root: Path) -> None:
     """The pipeline's work in this one process: the same step functions, no Snakemake, no jobs."""
-    from encmap.layout import artifact_paths
+    from encmap.workflow.layout import artifact_paths
     from encmap.pipeline.embed import embed_step
     from encmap.pipeline.features import features_step
     from encmap.pipeline.gather import gather_step

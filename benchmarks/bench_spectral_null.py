@@ -29,7 +29,7 @@ def main() -> None:
 
     from encmap.artifacts.features import read_feature_matrix
     from encmap.artifacts.pip import load_spectrum
-    from encmap.layout import LAYOUT
+    from encmap.workflow.layout import LAYOUT
     from encmap.maps.distances import symmetrised_qre
     from encmap.maps.faithfulness import neighbour_purity
     from encmap.maps.fields import field_values

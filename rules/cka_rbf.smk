@@ -2,12 +2,11 @@
 # the n x n Gram matrices). Pairs of unchanged encoders are reused (update() output, DVC persist).
 rule cka_rbf:
     input:
-        features="results/features/qre.h5",
-        embeddings=expand("results/embeddings/{model}", model=MODELS),
+        **stage_input("cka_rbf"),
     output:
-        rbf=update("results/similarity/cka_rbf.h5"),
-        timing=update("results/similarity/cka_rbf.timing.json"),
+        **stage_output("cka_rbf"),
     params:
+        code=stage_code("cka_rbf"),  # keys the pairs it reuses: any edit to its code recomputes them
         subset=config["similarity"]["subset"],
         rbf=config["similarity"]["rbf"],
     conda:

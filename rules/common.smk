@@ -1,17 +1,19 @@
-# Shared declarations: the validated config, the models, and the per-encoder file lists. They
-# decide which jobs exist; what a job writes is decided by its rule, script and step module.
+# Shared declarations: the validated config, the models, and each stage's inputs and outputs from
+# the stage registry (src/encmap/workflow/stages.py, which dvc.yaml is generated from too). They
+# decide which jobs exist; what a job writes is decided by its script and step module.
 from pathlib import Path
 
 from encmap.encoders.embed import job_threads
 from encmap.encoders.variants import science_spec
-from encmap.integrity import for_snakemake, record_for_snakemake
-from encmap.jobs import one_reevaluation_timer, replace_stale_backups
-from encmap.layout import LAYOUT, artifact_paths, map_figures, similarity_figures
 from encmap.params import check_snakemake_config
 from encmap.validation import check_writable
+from encmap.workflow.deps import code_key
+from encmap.workflow.integrity import for_snakemake, record_for_snakemake
+from encmap.workflow.jobs import one_reevaluation_timer, replace_stale_backups
+from encmap.workflow.stages import STAGES, all_targets
 
 # Snakemake 9 starts one more perpetual 1 s re-evaluation timer per finished job (the scheduler
-# then burns a core on large maps and slows the running jobs): keep one (encmap.jobs).
+# then burns a core on large maps and slows the running jobs): keep one (encmap.workflow.jobs).
 one_reevaluation_timer()
 # A killed job leaves its update() outputs' backups, and the next backup of them would fail.
 replace_stale_backups()
@@ -23,26 +25,33 @@ check_writable(workflow.basedir)
 
 MODELS = sorted(config["models"])
 # Rules with `run:` (embed, pip, features, gather) run their scripts/ adapter in Snakemake's own
-# process (encmap.jobs.in_process, with force-use-threads in the profiles): a fresh interpreter per
-# job cost ~1 s of CPU, most of the pipeline's time on many small encoders.
+# process (encmap.workflow.jobs.in_process, with force-use-threads in the profiles): a fresh
+# interpreter per job cost ~1 s of CPU, most of the pipeline's time on many small encoders.
 SCRIPTS = Path(workflow.basedir) / "scripts"
-SET = config["sentences"]["set"]
-SENTENCES = f"data/sentences/{SET}.txt"
 
 
-# Every encoder id follows from params alone (`layers: all` states num_layers), so the DAG has
-# one pip / features job per encoder from the start, no checkpoint needed.
-PIPS = artifact_paths(config["models"], "pip")
-FEATURES = artifact_paths(config["models"], "features")
-# Every output of every rule is update(): Snakemake keeps it while the job runs (it would delete it
-# when the job starts) and puts the previous one back if the job fails, so the results persist
-# until a job that replaces them succeeds (each step writes its files atomically).
-MAP_FIGURES = {k: update(v) for k, v in map_figures(config["map"]["fields"]).items()}
-SIMILARITY_FIGURES = {k: update(v) for k, v in similarity_figures().items()}
+def stage_input(name):
+    """The rule's inputs, as the stage registry names them."""
+    return STAGES[name].inputs(config)
 
-# Artifacts changed behind the pipeline's back (a truncated file, an edited matrix): reported and
-# moved aside before the DAG is built, so their jobs run again (encmap.integrity); every artifact
-# is recorded when a run ends. Not under DVC, which hashes every output itself.
+
+def stage_output(name):
+    """The rule's outputs, as the stage registry names them. Every one is update(): Snakemake
+    keeps it while the job runs (it would delete it when the job starts) and puts the previous one
+    back if the job fails, so the results persist until a job that replaces them succeeds."""
+    st = STAGES[name]
+    return {k: update(directory(v) if k in st.directories else v) for k, v in st.outputs(config).items()}
+
+
+def stage_code(name):
+    """sha256 of the code the stage runs (its digest): what keys the pairs a pair stage reuses.
+    A function of the job, so that only a run that has the stage's jobs computes it."""
+    return lambda wildcards: code_key(workflow.basedir, name)
+
+
+# Artifacts changed behind the pipeline's back (a truncated file, an edited matrix): reported
+# before the DAG is built and their jobs run again (encmap.workflow.integrity); every artifact is
+# recorded when a run ends. Not under DVC, which hashes every output itself.
 for_snakemake(workflow, [f"results/{kind}/{m}" for kind in ("embeddings", "eval") for m in MODELS])
 
 

@@ -2,9 +2,9 @@
 # truncations), written to results/embeddings/{model}/{encoder}.h5.
 rule embed:
     input:
-        SENTENCES,
+        **stage_input("embed"),
     output:
-        update(directory("results/embeddings/{model}")),
+        **stage_output("embed"),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
         spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it
@@ -18,6 +18,6 @@ rule embed:
     resources:
         gpu=lambda wc: int(config["models"][wc.model]["backend"] in ("sentence-transformers", "transformers")),
     run:
-        from encmap.jobs import in_process
+        from encmap.workflow.jobs import in_process
 
         in_process(SCRIPTS / "embed.py", input, output, params, wildcards, threads, log, resources)

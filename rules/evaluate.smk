@@ -2,10 +2,9 @@
 # tasks' texts (and MTEB tasks by name when evaluate.mteb.tasks is set, online).
 rule evaluate:
     input:
-        tasks="data/eval/tasks.json",
-        sentences=SENTENCES,
+        **stage_input("evaluate"),
     output:
-        update(directory("results/eval/{model}")),
+        **stage_output("evaluate"),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
         spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it

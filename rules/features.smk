@@ -1,10 +1,9 @@
 # One job per encoder: QRE features w.r.t. the unit base encoder, one value per sentence.
 rule features:
     input:
-        LAYOUT["pip"],
-        "results/embeddings/{model}",  # U is derived from them (the PIP artifact stores no U)
+        **stage_input("features"),
     output:
-        update(LAYOUT["features"]),
+        **stage_output("features"),
     params:
         direction=config["qre"]["direction"],
         eps=config["qre"]["eps"],
@@ -12,6 +11,6 @@ rule features:
     log:
         "logs/features/{model}/{encoder}.log",
     run:
-        from encmap.jobs import in_process
+        from encmap.workflow.jobs import in_process
 
         in_process(SCRIPTS / "features.py", input, output, params, wildcards, threads, log, resources)

@@ -3,16 +3,14 @@
 # (embed.on_error: skip) are left off here.
 rule gather:
     input:
-        FEATURES,
+        **stage_input("gather"),
     output:
-        features=update("results/features/qre.h5"),
-        metrics=update("results/features/metrics.json"),
-        failures=update("results/features/failures.json"),  # models that failed under embed.on_error: skip
+        **stage_output("gather"),
     params:
         meta={m: config["models"][m]["meta"] for m in MODELS},  # what the map shows of each model
     log:
         "logs/gather.log",
     run:
-        from encmap.jobs import in_process
+        from encmap.workflow.jobs import in_process
 
         in_process(SCRIPTS / "gather.py", input, output, params, wildcards, threads, log, resources)

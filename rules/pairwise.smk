@@ -4,14 +4,11 @@
 # them (persist) for the same reason.
 rule pairwise:
     input:
-        features="results/features/qre.h5",
-        pips=PIPS,
-        embeddings=expand("results/embeddings/{model}", model=MODELS),  # U derived from them
+        **stage_input("pairwise"),
     output:
-        qre=update("results/similarity/qre_pairwise.h5"),
-        cka=update("results/similarity/cka.h5"),
-        timing=update("results/similarity/qre_pairwise.timing.json"),
+        **stage_output("pairwise"),
     params:
+        code=stage_code("pairwise"),  # keys the pairs it reuses: any edit to its code recomputes them
         eps=config["qre"]["eps"],
         device=config["pairwise"]["device"],
         block_columns=config["pairwise"]["block_columns"],

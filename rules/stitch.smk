@@ -2,13 +2,11 @@
 # of similarity.subset, both ways, judged on held-out sentences. Rows of unchanged pairs are reused.
 rule stitch:
     input:
-        features="results/features/qre.h5",
-        embeddings=expand("results/embeddings/{model}", model=MODELS),
+        **stage_input("stitch"),
     output:
-        stitches=update("results/similarity/stitches.json"),
-        csv=update("results/similarity/stitches.csv"),
-        timing=update("results/similarity/stitch.timing.json"),
+        **stage_output("stitch"),
     params:
+        code=stage_code("stitch"),  # keys the pairs it reuses: any edit to its code recomputes them
         subset=config["similarity"]["subset"],
         stitch=config["similarity"]["stitch"],
     conda:

@@ -1,9 +1,9 @@
 # The offline evaluation tasks, built once (probe sentences removed, counted per task).
 rule tasks:
     input:
-        SENTENCES,
+        **stage_input("tasks"),
     output:
-        update("data/eval/tasks.json"),
+        **stage_output("tasks"),
     params:
         n=config["sentences"]["n"],  # checked against the curated set
         evaluate=config["evaluate"],

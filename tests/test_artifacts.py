@@ -19,7 +19,7 @@ from encmap.artifacts.pip import load_spectrum
 from encmap.io import write_h5
 from encmap.pipeline.gather import gather_step
 from encmap.pipeline.pip import pip_step
-from encmap.pipeline.regress import read_eval_scores
+from encmap.downstream.prediction import read_eval_scores
 from encmap.validation import EncmapError
 
 PIP = dict(tol=1e-12, dense_max_n=0, center=False, normalize_rows=False)

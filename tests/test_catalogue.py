@@ -1,4 +1,4 @@
-"""The real zoo: catalogue entries from mteb's installed registry, and published MTEB scores as targets."""
+"""The catalogue: catalogue entries from mteb's installed registry, and published MTEB scores as targets."""
 
 from __future__ import annotations
 
@@ -187,28 +187,28 @@ def test_the_regression_takes_published_scores_as_targets(tmp_path):
     assert metrics["tasks"] == 1 and metrics["tasks_with_too_few_scores"] == 2
 
 
-def test_zoo_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys):
+def test_catalogue_command_writes_a_configfile_or_replaces_the_models(tmp_path, capsys):
     from encmap.cli import main
 
     params = tmp_path / "params.yaml"
     params.write_text((REPO / "params.yaml").read_text())
     pick = ["--max-params", "2e8", "--limit", "40"]  # 40 models: enough for the default perplexity
-    assert main(["--params", str(params), "zoo", *pick, "--out", str(tmp_path / "zoo.yaml")]) == 0
-    zoo = yaml.safe_load((tmp_path / "zoo.yaml").read_text())
-    assert list(zoo) == ["models"] and len(zoo["models"]) == 40
+    assert main(["--params", str(params), "catalogue", *pick, "--out", str(tmp_path / "catalogue.yaml")]) == 0
+    entries = yaml.safe_load((tmp_path / "catalogue.yaml").read_text())
+    assert list(entries) == ["models"] and len(entries["models"]) == 40
     assert "left out" in capsys.readouterr().out
     before = params.read_text()
-    assert main(["--params", str(params), "zoo", *pick, "--append", "--replace"]) == 0
+    assert main(["--params", str(params), "catalogue", *pick, "--append", "--replace"]) == 0
     cap = capsys.readouterr()
     assert "backend:" not in cap.out  # the entries go into the file, not to the terminal
     after = params.read_text()
-    assert yaml.safe_load(after)["models"] == zoo["models"]
+    assert yaml.safe_load(after)["models"] == entries["models"]
     # The default stitch subset named default encoders: now the named groups pick the new models.
     assert yaml.safe_load(after)["similarity"]["subset"] | {"neighbours": 0} == {
         "groups": ["outputs", "middle", "classical", "controls"], "encoders": [], "neighbours": 0}
     assert "similarity.subset named 9 encoders of the replaced models" in cap.err
     assert after.splitlines()[:3] == before.splitlines()[:3]  # the file's own comments are kept
-    assert main(["--params", str(params), "zoo", *pick, "--append"]) != 0
+    assert main(["--params", str(params), "catalogue", *pick, "--append"]) != 0
     assert "already in its 'models:' block" in capsys.readouterr().err
 
 

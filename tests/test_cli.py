@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from encmap import cli
 from encmap.io import write_h5
@@ -33,7 +34,7 @@ def test_cli_targets_encoders_and_errors(tmp_path, capsys):
 
 def test_cli_deps_checks_dvc_yaml_and_prints_a_stage(capsys):
     assert cli.main(["deps", "--root", str(REPO), "--check"]) == 0
-    assert "every stage depends on the digest of exactly the code it runs" in capsys.readouterr().out
+    assert "dvc.yaml: what the stage registry generates; every stage's code found" in capsys.readouterr().out
     assert cli.main(["deps", "--root", str(REPO), "gather"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "gather:" and "  - src/encmap/pipeline/gather.py" in out and "  - rules/gather.smk" in out
@@ -52,7 +53,8 @@ def test_a_stage_prunes_only_dropped_variants_and_nothing_on_bad_params(tmp_path
     import yaml
 
     from encmap.params import load_params
-    from encmap.repro import _prune, stage_job
+    from encmap.workflow.repro import _prune
+    from encmap.workflow.stages import stage_job
 
     monkeypatch.chdir(tmp_path)
     params = yaml.safe_load((REPO / "params.yaml").read_text())
@@ -79,18 +81,33 @@ def test_a_stage_prunes_only_dropped_variants_and_nothing_on_bad_params(tmp_path
     assert sorted(p.name for p in folder.iterdir()) == ["tfidf-svd__d128.h5", "tfidf-svd__d512.h5"]
 
 
-def test_zoo_refuses_counts_and_patterns_that_are_not(capsys):
+def test_catalogue_refuses_counts_and_patterns_that_are_not(capsys):
     """Old: --limit -5 gave all but the last 5 models, --max-params nan was taken (and changed what
     was counted), --name '([' ended in a re.error traceback."""
-    import pytest
 
     for args, match in ((["--limit", "-5"], "argument --limit: '-5': give a count of at least 1"),
                         (["--limit", "0"], "give a count of at least 1"),
                         (["--max-params", "nan"], "argument --max-params: 'nan': a parameter count is a finite number"),
                         (["--min-params", "-1"], "a parameter count is a finite number >= 0")):
         with pytest.raises(SystemExit) as e:
-            cli.main(["zoo", *args])
+            cli.main(["catalogue", *args])
         assert e.value.code == 2 and match in capsys.readouterr().err, args
-    assert cli.main(["zoo", "--name", "(["]) == 2
+    assert cli.main(["catalogue", "--name", "(["]) == 2
     err = capsys.readouterr().err
     assert "--name '([' is not a regular expression" in err and "Traceback" not in err
+
+
+def test_help_lists_the_everyday_commands_apart_from_the_plumbing_and_the_old_name_still_works(capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert e.value.code == 0 and "SUPPRESS" not in out
+    commands, plumbing = out.split("plumbing, the commands dvc.yaml's stages run")
+    for everyday in ("check", "encoders", "repro", "place", "regress", "catalogue", "mteb-scores"):
+        assert f"\n    {everyday} " in commands, everyday
+    for cmd in ("stage", "params-slices"):  # what only dvc.yaml calls
+        assert f"\n    {cmd} " not in commands and f"encmap {cmd}" in plumbing, cmd
+    assert "zoo" not in out
+    assert cli.main(["zoo", "--name", "(["]) == 2  # the old name runs the catalogue command, and says so
+    err = capsys.readouterr().err
+    assert "`encmap zoo` is now `encmap catalogue`" in err and "'([' is not a regular expression" in err

@@ -1,10 +1,12 @@
 """Each DVC stage depends on exactly the code and params that can change its outputs.
 
 A stage's code is its digest, ``results/code/<stage>.sha256``, which DVC's ``code`` stage writes
-from :mod:`encmap.deps`' import analysis; these tests hold dvc.yaml to that scheme, show that the
-analysis finds what a weaker one missed (a lazy import in a helper, a dynamic import) and leaves
-out what a stage never runs, that a digest changes exactly when a file its stage runs changes,
-and that the workflow's names line up: rule, script, step module and DVC stage.
+from :mod:`encmap.workflow.deps`' import analysis. dvc.yaml is generated whole from the stage
+registry (:mod:`encmap.workflow.stages`); these tests hold the committed file to it, show that the
+analysis finds what a weaker one missed (a lazy import in a helper, a dynamic import, a file a
+module reads) and leaves out what a stage never runs, that a digest (and the pair caches keyed by
+it) changes exactly when a file its stage runs changes, and that the workflow's names line up:
+rule, script, step module, registry entry and DVC stage.
 """
 
 from __future__ import annotations
@@ -18,21 +20,25 @@ import pytest
 import yaml
 from support.project import with_param
 
-from encmap.deps import (
+import encmap
+from encmap.params import load_params
+from encmap.validation import EncmapError
+from encmap.workflow.deps import (
     BOOKKEEPING,
     CODE_ROOTS,
     CODE_STAGE,
     STAGE_PARAMS,
     check_dvc_yaml,
+    code_key,
+    generated_dvc_yaml,
     param_slices,
     stage_code,
     stage_digest,
     write_dvc_yaml,
     write_slices,
 )
-from encmap.params import load_params
-from encmap.repro import stage_job
-from encmap.validation import EncmapError
+from encmap.workflow.stages import STAGES as REGISTRY
+from encmap.workflow.stages import stage_job
 
 REPO = Path(__file__).resolve().parents[1]
 ALL_STAGES = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
@@ -56,17 +62,75 @@ def tree(tmp_path) -> Path:
     (tmp_path / "requirements").mkdir()
     shutil.copy(REPO / "requirements/lock.txt", tmp_path / "requirements/lock.txt")
     shutil.copy(REPO / "dvc.yaml", tmp_path / "dvc.yaml")
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     assert check_dvc_yaml(tmp_path) == []
     return tmp_path
 
 
-def test_dvc_yaml_follows_the_digest_scheme():
-    assert check_dvc_yaml(REPO) == []
+def test_the_committed_dvc_yaml_is_what_the_registry_generates():
+    """One description of the graph: dvc.yaml is generated whole (`encmap deps --write`)."""
+    assert (REPO / "dvc.yaml").read_text() == generated_dvc_yaml(REPO)
+    assert list(STAGES) == list(REGISTRY)
     code = ALL_STAGES[CODE_STAGE]
     assert code["deps"] == list(CODE_ROOTS) and code["outs"] == [f"results/code/{s}.sha256" for s in STAGES]
     for stage, st in STAGES.items():
         deps = (st.get("do") or st)["deps"]
         assert f"results/code/{stage}.sha256" in deps and not [d for d in deps if d.startswith(("src/", "rules/"))]
+        assert (st.get("do") or st)["cmd"] == "encmap stage"
+
+
+def test_a_hand_edit_of_dvc_yaml_is_flagged_and_written_back(tree):
+    dvc = tree / "dvc.yaml"
+    text = dvc.read_text()
+    anchor = "        - results/code/pip.sha256\n"
+    assert text.count(anchor) == 1
+    dvc.write_text(text.replace(anchor, "        - src/encmap/maps/tsne.py\n"))
+    problems = check_dvc_yaml(tree)
+    assert problems[0].startswith("dvc.yaml is not what the stage registry generates")
+    assert "-        - src/encmap/maps/tsne.py" in problems and "+        - results/code/pip.sha256" in problems
+    assert write_dvc_yaml(tree) and check_dvc_yaml(tree) == []
+    assert (tree / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
+
+
+def test_files_params_name_are_deps_of_the_stages_that_read_them(tree):
+    """A score table or a local copy of MTEB's results named in params becomes a dep of regress
+    (was: to be added to dvc.yaml by hand), a source at another path a dep of curate."""
+    params = yaml.safe_load((tree / "params.yaml").read_text())
+    params["regress"]["score_tables"] = [{"path": "mine/scores.csv", "tasks": ["t"]}]
+    params["regress"]["mteb"]["results"] = "/data/mteb-results"
+    params["sentences"]["sources"].append({"name": "mine", "kind": "file", "path": "mine/sentences.txt",
+                                           "weight": 1.0, "text_field": "text"})
+    (tree / "params.yaml").write_text(yaml.safe_dump(params))
+    assert write_dvc_yaml(tree)
+    stages = yaml.safe_load((tree / "dvc.yaml").read_text())["stages"]
+    assert {"mine/scores.csv", "/data/mteb-results"} <= set(stages["regress"]["deps"])
+    assert "mine/sentences.txt" in stages["curate"]["deps"]
+
+
+def test_rule_inputs_and_outputs_are_the_stages_dvc_deps_and_outs():
+    """The registry's two granularities agree: every Snakemake input lies in a DVC dep of its
+    stage and every Snakemake output in a tracked output (per-encoder files in their model's
+    folder, figures in the figures folder), and each tracked output holds some output."""
+    params = load_params(REPO / "params.yaml")
+
+    def inside(path: str, paths: list[str]) -> bool:
+        return any(path == p or path.startswith(p.rstrip("/") + "/") for p in paths)
+
+    for name, st in REGISTRY.items():
+        model = "minilm-l6"
+        deps = [d.replace("{set}", params["sentences"]["set"]).replace("{model}", model) for d in st.deps]
+        tracked = [t.path.replace("{set}", params["sentences"]["set"]).replace("{model}", model) for t in st.tracks]
+        ins = [v for value in st.inputs(params).values() for v in ([value] if isinstance(value, str) else value)]
+        outs = list(st.outputs(params).values())
+        if name in ("pip", "features"):
+            outs = list(stage_job(f"{name}@{model}", params).targets)
+        fill = {"model": model, "encoder": "minilm-l6__out"}
+        for path in ins:
+            assert inside(path.format(**fill), deps), (name, path)
+        for path in outs:
+            assert inside(path.format(**fill), tracked), (name, path)
+        for t in tracked:
+            assert any(inside(o.format(**fill), [t]) for o in outs), (name, t)
 
 
 def test_each_stage_reads_its_params_from_its_slice_and_a_slice_changes_with_its_values_only(tmp_path):
@@ -167,20 +231,6 @@ def test_a_lazy_import_in_a_function_the_stage_never_calls_is_no_dependency(tree
     assert stage_digest(tree, "pip") == before
 
 
-def test_a_stage_listing_code_itself_or_missing_its_digest_is_flagged(tree):
-    dvc = tree / "dvc.yaml"
-    text = dvc.read_text()
-    anchor = "        - results/code/pip.sha256\n"
-    assert text.count(anchor) == 1
-    dvc.write_text(text.replace(anchor, "        - src/encmap/maps/tsne.py\n"))
-    assert check_dvc_yaml(tree) == [
-        "stage pip: lists code src/encmap/maps/tsne.py itself (its code is results/code/pip.sha256, which the "
-        "code stage writes)", "stage pip: missing results/code/pip.sha256 (the code it runs)"]
-    # `encmap deps --write` puts it right again and keeps the data deps.
-    assert write_dvc_yaml(tree) and check_dvc_yaml(tree) == []
-    assert (tree / "dvc.yaml").read_text() == (REPO / "dvc.yaml").read_text()
-
-
 def test_an_undeclared_dynamic_import_is_an_error_not_a_silent_gap(tree):
     mod = tree / "src/encmap/encoders/embed.py"
     text = mod.read_text()
@@ -200,10 +250,10 @@ def test_stages_that_embed_depend_on_every_backend():
 def test_parse_time_code_is_no_stage_dependency():
     """params validation and file naming run before any job: editing them must not rerun a map."""
     for stage in STAGES:
-        assert "src/encmap/deps.py" not in stage_digest(REPO, stage)
+        assert "src/encmap/workflow/deps.py" not in stage_digest(REPO, stage)
         deps = set(deps_of(stage))
         assert not deps & {"Snakefile", "rules/common.smk", "src/encmap/params.py", "src/encmap/params.schema.json",
-                           "src/encmap/layout.py", "src/encmap/deps.py", "src/encmap/cli.py"}, stage
+                           "src/encmap/workflow/layout.py", "src/encmap/workflow/deps.py", "src/encmap/cli.py"}, stage
 
 
 def test_the_corpus_code_reaches_only_the_stages_that_read_the_corpus():
@@ -215,21 +265,55 @@ def test_the_corpus_code_reaches_only_the_stages_that_read_the_corpus():
     assert wiki == {"curate"}
 
 
-def test_pair_cache_keys_hash_only_code_their_stage_runs():
-    """A pair stage's reuse key hashes modules by name: each must be code the stage really runs."""
-    from encmap.pipeline.cka_rbf import RBF_CODE
-    from encmap.pipeline.pairwise import PAIR_CODE
-    from encmap.pipeline.stitch import STITCH_CODE
+@pytest.mark.parametrize("edited, changes", [
+    ("src/encmap/validation.py", True),  # similarity.blocks imports it; the former hand list left it out
+    ("src/encmap/similarity/blocks.py", True),
+    ("src/encmap/corpus/wikipedia.py", False),
+])
+def test_a_pair_cache_is_invalidated_by_an_edit_to_any_file_its_stage_runs(tree, tmp_path, edited, changes):
+    """One answer to which code matters: the pair stages key the pairs they reuse by their code
+    digest (old: hand-written module lists, which already disagreed with the digests). The key
+    the rule hands the step changes with the edit, and the step then reuses no stored pair."""
+    from support.fake_run import fake_run
 
-    for stage, modules in (("pairwise", PAIR_CODE), ("cka_rbf", RBF_CODE), ("stitch", STITCH_CODE)):
-        files = {f"src/{m.replace('.', '/')}.py" for m in modules}
-        assert files <= set(deps_of(stage)), stage
+    from encmap.pipeline.pairwise import pairwise_step
+
+    run = fake_run(tmp_path / "run")
+    outs = [str(tmp_path / f"sim/{k}") for k in ("qre.h5", "cka.h5", "timing.json")]
+
+    def computed(code: str) -> int:
+        pairwise_step(run["features"], run["pips"], *outs, eps=1e-6, code=code)
+        return json.loads(Path(outs[2]).read_text())["pairs_computed"]
+
+    before = code_key(tree, "pairwise")
+    assert computed(before) == 28 and computed(before) == 0  # 8 encoders; a rerun reuses every pair
+    f = tree / edited
+    f.write_text(f.read_text() + "# an edited comment\n")
+    after = code_key(tree, "pairwise")
+    assert (after != before) == changes
+    assert computed(after) == (28 if changes else 0)
+    assert "src/encmap/validation.py" in stage_code(tree, "pairwise")
+
+
+def test_a_file_a_module_reads_is_part_of_its_stages_code(tree):
+    """The map page's script and style are files (READS in encmap.maps.page): an edit to them
+    changes the map stage's digest, no other."""
+    assert {"src/encmap/maps/page.js", "src/encmap/maps/page.css"} <= set(stage_code(tree, "map"))
+    before = digests(tree)
+    js = tree / "src/encmap/maps/page.js"
+    js.write_text(js.read_text() + "// an edited comment\n")
+    after = digests(tree)
+    assert {s for s in STAGES if before[s] != after[s]} == {"map"}
+    page = tree / "src/encmap/maps/page.py"
+    page.write_text(page.read_text().replace('READS = ("page.css", "page.js")', 'READS = ("page.css", "gone.js")'))
+    with pytest.raises(EncmapError, match=r"page\.py: READS names 'gone\.js', which is not beside it"):
+        stage_code(tree, "map")
 
 
 def test_rule_script_step_and_stage_share_one_name():
-    """A stage is one rule file, one script and one step module, all named alike."""
+    """A stage is one rule file, one script, one step module and one registry entry, all named alike."""
     rules = sorted(f.stem for f in (REPO / "rules").glob("*.smk") if f.stem != "common")
-    assert rules == sorted(STAGES)
+    assert rules == sorted(STAGES) == sorted(REGISTRY)
     snakefile = (REPO / "Snakefile").read_text()
     for name in rules:
         text = (REPO / "rules" / f"{name}.smk").read_text()
@@ -285,3 +369,13 @@ def test_each_stage_lists_the_params_its_rule_reads():
     # Every key of `evaluate` is listed by the stage that reads it (tasks build, evaluate scores).
     listed = {p.split(".", 1)[1] for p in params["tasks"] + params["evaluate"] if p.startswith("evaluate.")}
     assert listed | {"on_error"} == set(load_params(REPO / "params.yaml")["evaluate"])  # on_error: no output changes
+
+
+def test_the_params_validation_marker_is_keyed_by_what_validation_runs():
+    """The marker that spares a second validation of the same config is keyed by the same import
+    analysis as the stages' digests, not a hand list: every module validate_params can run."""
+    from encmap.workflow.deps import module_files
+
+    got = {f.relative_to(Path(encmap.__file__).parent).as_posix() for f in module_files("encmap.params", "validate_params")}
+    assert {"params.py", "validation.py", "encoders/variants.py", "similarity/stitch.py"} <= got
+    assert "qre/features.py" not in got  # and not the science it never runs

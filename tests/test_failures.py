@@ -147,7 +147,7 @@ def test_a_killed_per_encoder_job_leaves_no_temporary_after_the_rerun(tmp_path, 
 
     from support.project import env
 
-    from encmap.layout import artifact_paths
+    from encmap.workflow.layout import artifact_paths
 
     params = tiny_params(tiny_bert, user_file)
     params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}

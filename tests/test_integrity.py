@@ -4,7 +4,7 @@ Old: each of these ended with `snakemake --cores 2` exiting 0 on a wrong result,
 "Nothing to be done" while the damage stayed: another encoder's embeddings accepted (qre.h5 listed
 one encoder twice), a sentence file cut after curation used as it was, a truncated / NaN /
 reshaped embeddings file or a deleted features file left in place, an edited pair result reused.
-Now the ledger (encmap.integrity) reruns the job of a damaged output (Snakemake's --forcerun), and
+Now the ledger (encmap.workflow.integrity) reruns the job of a damaged output (Snakemake's --forcerun), and
 where the ledger cannot know (a project copied without .snakemake), each reader refuses the file.
 A dry run only reports (old: it dropped the damaged files' entries, so the next run recorded the
 damage as good), and the mark stays until the job has rewritten the output (old: the output was
@@ -112,7 +112,7 @@ def test_a_failed_run_keeps_the_damage_marked(built, tmp_path):
     emb.write_bytes(emb.read_bytes()[:1000])
     r = run("snakemake --cores 2 --allowed-rules map results/map/map.html", proj, check=False)
     assert "results/embeddings/gauss/gauss__out.h5: changed since encmap wrote it" in r.stderr
-    from encmap.integrity import record
+    from encmap.workflow.integrity import record
 
     record(proj)  # what onerror does
     assert [p for p, _ in ledger(proj)[1]] == ["results/embeddings/gauss/gauss__out.h5"]

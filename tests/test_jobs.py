@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.project import env
 
-from encmap.jobs import snakemake_ancestors
+from encmap.workflow.jobs import snakemake_ancestors
 
 
 def _alive(pid: int) -> bool:
@@ -29,7 +29,7 @@ def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
     reach the job. Old: it ran on with parent 1 and later renamed its outputs over a newer run's."""
     job = tmp_path / "job.py"
     job.write_text("import sys, time\n"
-                   "from encmap.jobs import guard_script_job\n"
+                   "from encmap.workflow.jobs import guard_script_job\n"
                    "guard_script_job(poll_seconds=0.1)\n"
                    "open(sys.argv[1], 'w').write('started')\n"
                    "time.sleep(60)\n")
@@ -89,7 +89,7 @@ rule waiting:
 def _timers(tmp_path: Path, patch: bool, n: int = 40, *extra: str) -> tuple[int, list[float]]:
     d = tmp_path / ("patched" if patch else "plain")
     d.mkdir()
-    fix = "from encmap.jobs import one_reevaluation_timer\none_reevaluation_timer()" if patch else ""
+    fix = "from encmap.workflow.jobs import one_reevaluation_timer\none_reevaluation_timer()" if patch else ""
     (d / "Snakefile").write_text(_TIMERS_SNAKEFILE.format(patch=fix, n=n))
     subprocess.run(["snakemake", "--cores", "2", "--force-use-threads", "--quiet", "all", *extra], cwd=d,
                    env=env(), check=True, capture_output=True, timeout=300)
@@ -100,7 +100,7 @@ def _timers(tmp_path: Path, patch: bool, n: int = 40, *extra: str) -> tuple[int,
 @pytest.mark.slow
 def test_the_scheduler_keeps_one_reevaluation_timer_and_still_limits_the_job_rate(tmp_path):
     # Snakemake as pinned starts one more perpetual timer per finished job (the control: if this
-    # fails, Snakemake fixed it and encmap.jobs.one_reevaluation_timer can go).
+    # fails, Snakemake fixed it and encmap.workflow.jobs.one_reevaluation_timer can go).
     plain, _ = _timers(tmp_path, patch=False)
     assert plain >= 20, f"{plain} timers after 40 jobs: Snakemake no longer multiplies them"
     patched, _ = _timers(tmp_path, patch=True)
@@ -119,7 +119,7 @@ def test_a_sooner_reevaluation_is_not_held_back_by_a_later_pending_one():
 
     from snakemake.scheduling.job_scheduler import JobScheduler
 
-    from encmap.jobs import one_reevaluation_timer
+    from encmap.workflow.jobs import one_reevaluation_timer
 
     assert one_reevaluation_timer()
     sched = SimpleNamespace(_open_jobs=threading.Semaphore(0))
@@ -134,10 +134,10 @@ def test_a_sooner_reevaluation_is_not_held_back_by_a_later_pending_one():
 def test_a_leftover_backup_of_an_update_output_does_not_stop_the_next_job(tmp_path, monkeypatch):
     """A job killed after Snakemake backed up its update() output leaves the backup; Snakemake
     9.27.1's next backup of it fails (FileExistsError). The control fails once Snakemake handles
-    it itself, and the shim in encmap.jobs can go."""
+    it itself, and the shim in encmap.workflow.jobs can go."""
     from snakemake.persistence import FileBackupMixin
 
-    from encmap import jobs
+    from encmap.workflow import jobs
 
     out = tmp_path / "results/eval/m"
     out.mkdir(parents=True)

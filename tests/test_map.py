@@ -442,7 +442,7 @@ MAP_PARAMS = {"metric": "manhattan", "perplexity": 2, "pca_dims": 0, "n_iter": 2
 
 
 def map_outputs(root: Path) -> dict:
-    from encmap.layout import map_figures
+    from encmap.workflow.layout import map_figures
 
     out = {k: str(root / "results/map" / f"{k}.x") for k in ("coords", "neighbours", "html", "model", "metrics",
                                                               "timing")}
@@ -456,7 +456,7 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
     run = fake_run(tmp_path / "ok")
     pw = tmp_path / "ok/results/similarity/qre_pairwise.h5"
     pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "ok/cka.h5"), str(tmp_path / "ok/t.json"),
-                  eps=1e-6)
+                  eps=1e-6, code="c")
     out = map_outputs(tmp_path / "ok")
     map_step(run["features"], str(pw), out, params=MAP_PARAMS)
     assert all(Path(f).is_file() for f in out.values())
@@ -468,12 +468,12 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
     other = fake_run(tmp_path / "other", sha="b" * 64)
     with pytest.raises(EncmapError, match=r"encoder 'm0__0': PIP made from another sentence set"):
         pairwise_step(bad["features"], other["pips"], str(tmp_path / "bad/pw.h5"), str(tmp_path / "bad/cka.h5"),
-                      str(tmp_path / "bad/t.json"), eps=1e-6)
+                      str(tmp_path / "bad/t.json"), eps=1e-6, code="c")
     assert not any((tmp_path / "bad" / f).exists() for f in ("pw.h5", "cka.h5", "t.json"))
     # A pairwise matrix of another run: the map refuses it; nothing of the map is written.
     pw_other = tmp_path / "other/pw.h5"
     pairwise_step(other["features"], other["pips"], str(pw_other), str(tmp_path / "other/cka.h5"),
-                  str(tmp_path / "other/t.json"), eps=1e-6)
+                  str(tmp_path / "other/t.json"), eps=1e-6, code="c")
     out = map_outputs(tmp_path / "bad")
     with pytest.raises(EncmapError, match="describe different encoders, sentence sets or eps"):
         map_step(bad["features"], str(pw_other), out, params=MAP_PARAMS)
@@ -490,7 +490,7 @@ def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):
 
     run = fake_run(tmp_path)
     pw = tmp_path / "pw.h5"
-    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "cka.h5"), str(tmp_path / "t.json"), eps=1e-6)
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "cka.h5"), str(tmp_path / "t.json"), eps=1e-6, code="c")
     out = map_outputs(tmp_path)
     map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"metric": "exact-qre"})
     import h5py

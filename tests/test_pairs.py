@@ -196,13 +196,13 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
 
     def pair_run(run, root):
         o = _outs(root, "qre", "cka", "timing")
-        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6)
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, code="c")
         r = _outs(root, "rbf", "rtimings")
         cka_rbf_step(run["features"], run["embeddings"], r | {"timing": r.pop("rtimings")}, subset=SIM["subset"],
-                     rbf=SIM["rbf"])
+                     rbf=SIM["rbf"], code="c")
         s = _outs(root, "stitches", "csv", "stimings")
         stitch_step(run["features"], run["embeddings"], s | {"timing": s.pop("stimings")}, subset=SIM["subset"],
-                    stitch=SIM["stitch"])
+                    stitch=SIM["stitch"], code="c")
         t1, t2, t3 = (json.loads(open(root / f"sim/{k}.out").read()) for k in ("timing", "stimings", "rtimings"))
         return t1["pairs_computed"], t2["stitch_pairs_computed"], t3["rbf_pairs_computed"]
 
@@ -243,11 +243,11 @@ def test_pair_steps_recompute_only_pairs_of_a_changed_encoder(tmp_path):
             assert sv[0] == r["sigma_max"] and sv[-1] == r["sigma_min"]
     # Other params: nothing is reused.
     r = _outs(tmp_path / "a", "rbf", "timing")
-    cka_rbf_step(run["features"], run["embeddings"], r, subset=SIM["subset"], rbf=SIM["rbf"] | {"threshold": 2.0})
+    cka_rbf_step(run["features"], run["embeddings"], r, subset=SIM["subset"], rbf=SIM["rbf"] | {"threshold": 2.0}, code="c")
     assert json.loads(open(r["timing"]).read())["rbf_pairs_computed"] == 28
 
     c = {k: str(tmp_path / f"cmp/{k}") for k in ("agreement", "metrics")}
-    from encmap.layout import similarity_figures
+    from encmap.workflow.layout import similarity_figures
 
     c |= {k: str(tmp_path / v) for k, v in similarity_figures().items()}
     a = tmp_path / "a/sim"
@@ -269,9 +269,9 @@ def test_subset_steps_refuse_embeddings_of_another_sentence_set(tmp_path):
     r = _outs(tmp_path / "a", "rbf", "timing")
     for step, out, extra in ((stitch_step, s, {"stitch": SIM["stitch"]}), (cka_rbf_step, r, {"rbf": SIM["rbf"]})):
         with pytest.raises(EncmapError, match=r"encoder 'm0__0': embeddings made from another sentence set"):
-            step(run["features"], other["embeddings"], out, subset=SIM["subset"], **extra)
+            step(run["features"], other["embeddings"], out, subset=SIM["subset"], code="c", **extra)
         with pytest.raises(EncmapError, match=r"no embeddings directory of model 'm2'"):
-            step(run["features"], run["embeddings"][:2], out, subset=SIM["subset"], **extra)
+            step(run["features"], run["embeddings"][:2], out, subset=SIM["subset"], code="c", **extra)
     assert not (tmp_path / "a/sim").exists()
 
 
@@ -327,7 +327,7 @@ def test_pairwise_step_spills_u_to_disk_when_over_its_memory(tmp_path):
     outs = {}
     for name, mem in (("ram", None), ("disk", 1.0)):
         o = _outs(tmp_path / name, "qre", "cka", "timing")
-        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, memory_bytes=mem)
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, memory_bytes=mem, code="c")
         outs[name] = o
         assert json.loads(open(o["timing"]).read())["u_spilled_to_disk"] is (mem is not None)
         assert not list((tmp_path / name).rglob("*.tmp"))
@@ -353,9 +353,9 @@ def test_an_edited_pair_result_is_never_reused(tmp_path):
     sim = SIM | {"stitch": SIM["stitch"] | {"mlp_depths": []}}
 
     def rerun() -> tuple[int, int, int]:
-        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6)
-        cka_rbf_step(run["features"], run["embeddings"], r, subset=sim["subset"], rbf=sim["rbf"])
-        stitch_step(run["features"], run["embeddings"], s, subset=sim["subset"], stitch=sim["stitch"])
+        pairwise_step(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, code="c")
+        cka_rbf_step(run["features"], run["embeddings"], r, subset=sim["subset"], rbf=sim["rbf"], code="c")
+        stitch_step(run["features"], run["embeddings"], s, subset=sim["subset"], stitch=sim["stitch"], code="c")
         t = [json.loads(open(f).read()) for f in (o["timing"], r["timing"], s["timing"])]
         return t[0]["pairs_computed"], t[1]["rbf_pairs_computed"], t[2]["stitch_pairs_computed"]
 

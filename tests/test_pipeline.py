@@ -145,7 +145,7 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     """Every encoder scored on every task (no probe sentence among the items); the regression
     table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
     from encmap.artifacts.features import read_feature_matrix
-    from encmap.pipeline.regress import predict_scores
+    from encmap.downstream.prediction import predict_scores
 
     probes = set((mapped / "data/sentences/tiny.txt").read_text().splitlines())
     built = json.loads((mapped / "data/eval/tasks.json").read_text())
@@ -209,7 +209,7 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     assert metrics["distinct_encoders"] == len(coords) - metrics["identical_encoders"]
     # Its predicted scores are those of its twin on the map (same features, same regressors).
     from encmap.artifacts.features import read_feature_matrix
-    from encmap.pipeline.regress import predict_scores
+    from encmap.downstream.prediction import predict_scores
 
     assert "predicted main scores" in out
     fm = read_feature_matrix(mapped / "results/features/qre.h5")

@@ -179,7 +179,8 @@ OUTS = ("metrics", "table", "predictions", "scores", "regressors", "figure_png",
 
 def test_regress_step_and_bad_score_tables(tmp_path):
     from encmap.artifacts.features import read_feature_matrix
-    from encmap.pipeline.regress import predict_scores, regress_step
+    from encmap.downstream.prediction import predict_scores
+    from encmap.pipeline.regress import regress_step
 
     features, dirs = fake_run(tmp_path)
     out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
@@ -482,7 +483,8 @@ def test_the_predictor_is_selectable_and_place_uses_it(tmp_path):
     """regress.predictor qre+profile: the table compares every set either way; the stored
     regressors act on [features, profile] and need the new encoders' profile; the metrics and
     the stored file say which predictor they are."""
-    from encmap.pipeline.regress import predict_scores, regress_step
+    from encmap.downstream.prediction import predict_scores
+    from encmap.pipeline.regress import regress_step
 
     features, dirs = fake_run(tmp_path)
     import h5py

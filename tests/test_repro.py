@@ -155,7 +155,7 @@ def test_a_failing_model_leaves_the_others_recorded(tmp_path, tiny_bert, user_fi
 
 def test_every_stage_job_comes_from_params_not_from_a_command():
     from encmap.params import load_params
-    from encmap.repro import stage_job
+    from encmap.workflow.stages import stage_job
     from encmap.validation import EncmapError
 
     params = load_params(REPO / "params.yaml")

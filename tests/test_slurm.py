@@ -1,4 +1,4 @@
-"""DVC stages sent through a real single-node SLURM by the repo's profile (DESIGN.md §4):
+"""DVC stages sent through a real single-node SLURM by the repo's profile (docs/cluster.md):
 `encmap repro` (one Snakemake call per batch) for the whole run, `dvc repro` for a change.
 
 Needs Debian's slurm-wlm and munge and root (`.ci/run` installs them and sets

@@ -1,4 +1,6 @@
-"""``encmap`` command line: inspect params and artifacts, and name the Snakemake targets DVC runs."""
+"""encmap: a map of sentence encoders. The pipeline runs through snakemake or dvc repro / encmap repro;
+these commands check its params, inspect its artifacts, place a new encoder, and read MTEB's catalogue
+and published results."""
 
 from __future__ import annotations
 
@@ -12,21 +14,24 @@ from .validation import EncmapError
 
 def main(argv: list[str] | None = None) -> int:
     from .encoders.variants import expand_encoders
-    from .layout import LAYOUT, artifact_paths
+    from .workflow.layout import LAYOUT, artifact_paths
     from .params import load_params
 
-    ap = argparse.ArgumentParser(prog="encmap", description=__doc__)
+    ap = argparse.ArgumentParser(prog="encmap", description=__doc__, epilog=_PLUMBING,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml", help="params file (default: %(default)s)")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+    sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", title="commands")
     sub.add_parser("check", help="validate the params file against the schema")
     sub.add_parser("params-doc", help="every params.yaml key with its type and description (docs/parameters.md)")
     sub.add_parser("encoders", help="list every encoder: id, model, layer, pooling, dim (TSV)")
     t = sub.add_parser("targets", help="per-encoder Snakemake targets of one stage")
     t.add_argument("stage", choices=sorted(LAYOUT))
     t.add_argument("models", nargs="*", help="model ids (default: all)")
-    st = sub.add_parser("stage", help="run one DVC stage's Snakemake job (the command of every stage in dvc.yaml)")
+    # plumbing (dvc.yaml's commands): no help=, so listed in the epilog, not among the everyday commands
+    st = sub.add_parser("stage",
+                        description="run one DVC stage's Snakemake job (the command of every stage in dvc.yaml)")
     st.add_argument("name", nargs="?", help="stage, e.g. map or embed@<model> (default: $DVC_STAGE, set by DVC)")
-    d = sub.add_parser("deps", help="the code each DVC stage runs (its code digest, results/code/<stage>.sha256)")
+    d = sub.add_parser("deps", help="the code each DVC stage runs (its code digest); --check, --write dvc.yaml")
     d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
     d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
     mode = d.add_mutually_exclusive_group()
@@ -39,8 +44,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "with one Snakemake process instead of one per stage")
     rp.add_argument("targets", nargs="*", help="stages to bring up to date with their upstream (default: all)")
     rp.add_argument("-n", "--dry-run", action="store_true", help="list the stale stages, run nothing")
-    sub.add_parser("params-slices", help="write each stage's params slice under results/params (the DVC stage "
-                                         "'params' runs it)")
+    sub.add_parser("params-slices",
+                   description="write each stage's params slice under results/params (the DVC stage 'params' runs it)")
     s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
     s.add_argument("path")
     p = sub.add_parser("place", help="place a new encoder on the run's map (no refit) and list its neighbours")
@@ -65,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
                    help="worker processes for the fits (default: the cores this process may use; "
                         "the table does not depend on it)")
-    z = sub.add_parser("zoo", help="models: entries for hub encoders from MTEB's model registry (offline)")
+    z = sub.add_parser("catalogue", help="models: entries for hub encoders from MTEB's model registry (offline)")
     z.add_argument("--min-params", type=_count, help="at least this many parameters (e.g. 1e8)")
     z.add_argument("--max-params", type=_count, help="at most this many parameters")
     z.add_argument("--language", action="append", default=[], metavar="ISO639-3",
@@ -104,23 +109,23 @@ def main(argv: list[str] | None = None) -> int:
     mt.add_argument("--out", help="write the table here (default: print it)")
     mt.add_argument("--sources", help="write the sources report here (JSON: per model its revision folders, "
                                       "tasks scored, tasks missing and why)")
-    argv = list(sys.argv[1:] if argv is None else argv)
+    argv = _renamed(list(sys.argv[1:] if argv is None else argv))
     passed = argv[argv.index("--") + 1:] if "--" in argv else []  # `encmap repro ... -- <snakemake args>`
     args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
     try:
         if args.cmd == "repro":
-            from .repro import repro
+            from .workflow.repro import repro
 
             return repro(Path(args.params).resolve().parent, args.targets, passed, args.dry_run)
-        if args.cmd == "zoo":
-            return _zoo(args)
+        if args.cmd == "catalogue":
+            return _catalogue(args)
         if args.cmd == "mteb-scores":
             return _mteb_scores(args)
         if args.cmd == "place":
             return _place(args)
         if args.cmd == "regress":
             from .io import atomic_write_text
-            from .pipeline.regress import regress_tables
+            from .downstream.prediction import regress_tables
 
             text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"],
                                   args.jobs)
@@ -143,12 +148,12 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
             return 0
         if args.cmd == "stage":
-            from .repro import run_stage
+            from .workflow.repro import run_stage
 
             return run_stage(Path(args.params).resolve().parent, args.name)
         params = load_params(args.params)
         if args.cmd == "params-slices":
-            from .deps import write_slices
+            from .workflow.deps import write_slices
 
             changed = write_slices(Path(args.params).resolve().parent, params)
             print(f"params slices: {len(changed)} changed" + (f" ({', '.join(changed[:10])}"
@@ -167,15 +172,38 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+_PLUMBING = """\
+plumbing, the commands dvc.yaml's stages run (rarely typed by hand):
+  encmap stage [NAME]     run one DVC stage's Snakemake job (NAME: map, embed@<model>; default $DVC_STAGE)
+  encmap params-slices    write each stage's params slice under results/params
+  encmap deps --digest    write each stage's code digest under results/code
+"""
+
+#: Old command names still accepted (with a note on stderr): old name -> new name.
+_RENAMED = {"zoo": "catalogue"}
+
+
+def _renamed(argv: list[str]) -> list[str]:
+    """``argv`` with a renamed command replaced by its new name (a note says so)."""
+    i = 0
+    while i < len(argv) and argv[i].startswith("-"):
+        i += 2 if argv[i] == "--params" else 1  # the only option before the command takes a value
+    if i < len(argv) and argv[i] in _RENAMED:
+        print(f"encmap: note: `encmap {argv[i]}` is now `encmap {_RENAMED[argv[i]]}`", file=sys.stderr)
+        argv = argv[:i] + [_RENAMED[argv[i]]] + argv[i + 1:]
+    return argv
+
+
 def _deps(args) -> int:
-    from .deps import BOOKKEEPING, check_dvc_yaml, dvc_stages, stage_code, write_digests, write_dvc_yaml
+    from .workflow.deps import check_dvc_yaml, stage_code, write_digests, write_dvc_yaml
+    from .workflow.stages import STAGES
 
     if args.check:
         problems = check_dvc_yaml(args.root)
         for line in problems:
             print(line)
-        print(f"dvc.yaml: {len(problems)} problems with the code deps" if problems
-              else "dvc.yaml: every stage depends on the digest of exactly the code it runs")
+        print("dvc.yaml: not what the stage registry generates; `encmap deps --write` writes it" if problems
+              else "dvc.yaml: what the stage registry generates; every stage's code found")
         return 1 if problems else 0
     if args.digest:
         changed = write_digests(args.root)
@@ -183,9 +211,9 @@ def _deps(args) -> int:
         return 0
     if args.write:
         changed = write_dvc_yaml(args.root)
-        print("dvc.yaml: code deps rewritten" if changed else "dvc.yaml: already exact")
+        print("dvc.yaml: written from the stage registry" if changed else "dvc.yaml: already what the registry generates")
         return 0
-    for stage in args.stages or [s for s in dvc_stages(args.root) if s not in BOOKKEEPING]:
+    for stage in args.stages or list(STAGES):
         print(f"{stage}:")
         print("".join(f"  - {f}\n" for f in stage_code(args.root, stage)), end="")
     return 0
@@ -215,7 +243,7 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _zoo(args) -> int:
+def _catalogue(args) -> int:
     import yaml
 
     from .downstream.mteb_results import model_metas
@@ -228,25 +256,25 @@ def _zoo(args) -> int:
                               max_params=args.max_params, languages=args.language, english_only=args.english_only,
                               organisations=args.org, name_pattern=args.name, framework=args.framework)
     if not entries:
-        raise EncmapError("encmap zoo: no registry record passes these filters")
+        raise EncmapError("encmap catalogue: no registry record passes these filters")
     results = args.results or load_params(args.params)["regress"]["mteb"]["results"]
     conflicts = None
     if results and results != "remote":
         conflicts = check_metadata(entries, model_metas(results, [e["meta"]["mteb_name"] for e in entries.values()]))
     if args.replace and not args.append:
-        raise EncmapError("encmap zoo: --replace replaces the params file's models, so it needs --append")
+        raise EncmapError("encmap catalogue: --replace replaces the params file's models, so it needs --append")
     if args.append:  # validated as the new params file before it replaces the old one
         append_models(args.params, entries, replace=args.replace)
     else:  # every entry as the run will see it (merged by snakemake --configfile), before writing
         base = load_params(args.params)
-        validate_params(base | {"models": base["models"] | entries}, "encmap zoo entries")
+        validate_params(base | {"models": base["models"] | entries}, "encmap catalogue entries")
     text = yaml.safe_dump({"models": entries}, sort_keys=False, default_flow_style=None, width=120)
     if args.out:
         atomic_write_text(args.out, text)
     elif not args.append:
         print(text, end="")
     out = sys.stderr if not (args.append or args.out) else sys.stdout
-    print(f"encmap zoo: {len(entries)} models; left out {sum(left.values())}: "
+    print(f"encmap catalogue: {len(entries)} models; left out {sum(left.values())}: "
           + (", ".join(f"{n} {why}" for why, n in left.most_common()) or "none"), file=out)
     for what, counts in composition(entries).items():
         print(f"  by {what}: " + ", ".join(f"{k} {n}" for k, n in counts.most_common(12))

@@ -302,7 +302,7 @@ def read_curated(path: str | Path, n: int | None = None) -> tuple[list[str], str
     return sentences, actual
 
 
-def read_legacy_text(f: Path) -> str:
+def read_utf8_or_cp1252(f: Path) -> str:
     """UTF-8, else Windows-1252: gensim's older test files are the latter (0xa3 pound, 0x97 dash)."""
     raw = f.read_bytes()
     try:

@@ -267,13 +267,15 @@ def check_snakemake_config(config: dict, configfiles: list) -> None:
 
 
 def _validation_key(config: dict) -> str:
-    """sha256 of a config and of everything that decides whether it is valid (schema and code)."""
+    """sha256 of a config and of everything that decides whether it is valid: the schema and every
+    file :func:`validate_params` can run (the import analysis that digests the stages' code)."""
     import hashlib
 
+    from .workflow.deps import module_files
+
     h = hashlib.sha256(json.dumps(config, sort_keys=True, allow_nan=True, default=str).encode())
-    here = Path(__file__).parent
-    for f in ("params.py", "params.schema.json", "validation.py", "encoders/variants.py", "similarity/stitch.py"):
-        h.update((here / f).read_bytes())
+    for f in [Path(__file__).with_name("params.schema.json"), *module_files("encmap.params", "validate_params")]:
+        h.update(Path(f).read_bytes())
     return h.hexdigest()[:32]
 
 
@@ -376,14 +378,14 @@ _SUBSET_GROUPS = re.compile(r"^(    groups: )\[[^\]]*\][^\n]*", re.M)
 
 
 def _drop_subset_encoders(text: str, where: str) -> str:
-    """After ``encmap zoo --replace``: a ``similarity.subset`` that names encoders of the replaced
+    """After ``encmap catalogue --replace``: a ``similarity.subset`` that names encoders of the replaced
     models becomes the named groups alone (every model's output, middle layer, classical and
     control encoders), so that the new models are compared."""
     params = parse_yaml(text, where)
     named = ((params.get("similarity") or {}).get("subset") or {}).get("encoders") or []
     if not named or set(named) <= set(expand_encoders(params.get("models") or {})):
         return text
-    new, n1 = _SUBSET_ENCODERS.subn(r"\g<1>[]   # emptied by encmap zoo --replace (it named replaced models)",
+    new, n1 = _SUBSET_ENCODERS.subn(r"\g<1>[]   # emptied by encmap catalogue --replace (it named replaced models)",
                                     text, count=1)
     new, n2 = _SUBSET_GROUPS.subn(r"\g<1>[outputs, middle, classical, controls]", new, count=1)
     if (n1, n2) != (1, 1):

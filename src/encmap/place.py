@@ -17,9 +17,9 @@ import numpy as np
 
 from .artifacts.features import read_feature_matrix
 from .io import atomic_write_text, csv_table, read_h5
-from .layout import LAYOUT
 from .params import load_params, validate_params
 from .validation import EncmapError, check_id
+from .workflow.layout import FEATURE_MATRIX, LAYOUT, MAP_MODEL, PLACED, REGRESSORS, SENTENCES
 
 UNKNOWN_META = {"family": "unknown", "architecture": "unknown", "parameters": None, "languages": [],
                 "objective": "unknown", "kind": "pretrained"}
@@ -69,17 +69,20 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     """Embed, featurise and place every variant of ``spec`` on the run's map under ``root``.
 
     Writes ``<out_dir>/placed.csv``, ``neighbours.csv`` and ``map.html`` (default
-    ``results/place/<model>/``; the tracked map is left as it is) and returns
+    ``results/place/<model>/``: :data:`~encmap.workflow.layout.PLACED`; the tracked map is left as
+    it is) and returns
     ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted", "same_as"}``
     (``same_as``: per variant, the map encoder it is identical to and drawn on, or None);
     ``predicted`` holds each variant's predicted score per task and regressor (and
-    ``scores.csv``) when the run has fitted regressors (``results/regression/regressors.h5``).
+    ``scores.csv``) when the run has fitted regressors (:data:`~encmap.workflow.layout.REGRESSORS`).
+    PIP and features are computed by the functions the pipeline's ``pip`` and ``features`` stages
+    run, with the settings stored in the run's artifacts.
     """
     from threadpoolctl import threadpool_limits
 
     from .artifacts.failures import run_model
     from .artifacts.features import encoder_record
-    from .artifacts.pip import as_stored
+    from .artifacts.pip import as_stored, load_spectrum
     from .encoders.embed import embed_model, model_device
     from .encoders.variants import science_spec
     from .io import read_curated
@@ -87,10 +90,9 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from .maps.fields import FIELDS, coords_csv, neighbours_csv
     from .maps.page import page_data, render_page
     from .maps.tsne import TSNEMap, place_on_map
-    from .qre.features import qre_features
-    from .qre.spectral import spectral_profile, von_neumann_entropy
+    from .qre.features import encoder_features
     from .qre.pairwise import pairwise_qre_matrix
-    from .qre.spectrum import factor_pip, prepare_embeddings
+    from .qre.spectrum import encoder_pip
 
     root = Path(root)
     params = load_params(root / params_path)
@@ -98,14 +100,14 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     if model in params["models"]:
         raise EncmapError(f"model id {model!r} is already in {params_path}; choose another with --id")
     validate_params(params | {"models": params["models"] | {model: spec}}, f"model entry {model!r}")
-    fm = read_feature_matrix(root / "results/features/qre.h5")
-    model_h5 = root / "results/map/model.h5"
+    fm = read_feature_matrix(root / FEATURE_MATRIX)
+    model_h5 = root / MAP_MODEL
     ref, mattrs = read_h5(model_h5, ["coords", "space", "pca_mean", "pca_components", "representative",
                                      "encoder_ids"])
     if [str(x) for x in ref["encoder_ids"]] != fm["ids"] or mattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"]:
-        raise EncmapError(f"{model_h5} and results/features/qre.h5 disagree on the encoders or sentences; "
+        raise EncmapError(f"{model_h5} and {FEATURE_MATRIX} disagree on the encoders or sentences; "
                           "rerun the map stage")
-    sentences = root / f"data/sentences/{params['sentences']['set']}.txt"
+    sentences = root / SENTENCES.format(set=params["sentences"]["set"])
     texts, sha = read_curated(sentences, params["sentences"]["n"])
     if sha != fm["attrs"]["sentences_sha256"]:
         raise EncmapError(f"{sentences} (sha256 {sha[:12]}…) is not the sentence set the map was computed on "
@@ -120,17 +122,18 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
                                                                   model_device(spec, device), threads=threads,
                                                                   degenerate="error"))
     ids, feats, records, spectra, profiles, entropy = [], [], [], [], [], []
-    # BLAS on one thread and U as the stored artifact gives it back: the same arithmetic as the
-    # pipeline's pip and features jobs (encmap.jobs), so a twin lands at distance 0.
+    # The pip and features stages' own functions, BLAS on one thread as their jobs run
+    # (encmap.workflow.jobs) and U as the stored artifact gives it back: a twin lands at distance 0.
     with threadpool_limits(1, user_api="blas"):
         for v in res.variants:
-            E = prepare_embeddings(res.arrays[v.id], center=bool(pattrs["center"]),
-                                   normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
-            s = as_stored(factor_pip(E, tol=float(pattrs["tol"]), name=f"encoder {v.id!r}"), E)
+            spec, E = encoder_pip(res.arrays[v.id], tol=float(pattrs["tol"]), center=bool(pattrs["center"]),
+                                  normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
+            s = as_stored(spec, E)
+            f = encoder_features(s, direction=direction, eps=eps)
             ids.append(v.id)
-            feats.append(qre_features(s, direction=direction, eps=eps))
-            profiles.append(spectral_profile(s, eps=eps))
-            entropy.append(von_neumann_entropy(s, eps=eps))
+            feats.append(f["features"])
+            profiles.append(f["profile"])
+            entropy.append(f["entropy"])
             spectra.append(s)
             records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}, spec["meta"]))
     F_new = np.vstack(feats)
@@ -144,8 +147,6 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     same_as = np.where(same.any(axis=1), np.argmin(np.where(same, L, np.inf), axis=1), -1)  # the nearest such
     if tmap.precomputed:
         # Distances of each new encoder to every map encoder: exact symmetrised QRE.
-        from .artifacts.pip import load_spectrum
-
         ref_specs = [load_spectrum(root / LAYOUT["pip"].format(model=r["model"], encoder=r["id"]))[0]
                      for r in fm["records"]]
         X_new = np.vstack([symmetrised_qre(pairwise_qre_matrix([s, *ref_specs], eps=eps))[0, 1:] for s in spectra])
@@ -155,11 +156,11 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     twin_ids = [fm["ids"][j] if j >= 0 else None for j in same_as]
     nbrs = {e: [(fm["ids"][j], float(L[i, j])) for j in order[i]] for i, e in enumerate(ids)}
 
-    out = Path(out_dir) if out_dir else root / "results/place" / model
+    out = Path(out_dir) if out_dir else root / PLACED.format(model=model)
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records, twin_ids))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
-    predicted = _predicted_scores(root / "results/regression/regressors.h5", ids, F_new, fm["attrs"], out,
+    predicted = _predicted_scores(root / REGRESSORS, ids, F_new, fm["attrs"], out,
                                   {"profile": np.vstack(profiles), "entropy": np.array(entropy)})
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e],
@@ -167,14 +168,14 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
     return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted,
-            "same_as": dict(zip(ids, twin_ids)), "predictor": read_h5(root / "results/regression/regressors.h5", [])[1]
+            "same_as": dict(zip(ids, twin_ids)), "predictor": read_h5(root / REGRESSORS, [])[1]
             .get("predictor", "qre") if predicted else None}
 
 
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
                       out: Path, spectral: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, float]]]:
     """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
-    from .pipeline.regress import predict_scores
+    from .downstream.prediction import predict_scores
 
     if not regressors.is_file():
         return {}

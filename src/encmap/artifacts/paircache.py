@@ -1,8 +1,8 @@
 """Reusing pair results across runs: only pairs that involve a changed encoder are recomputed.
 
 A pair stage stores, beside its results, one fingerprint per encoder (the sha256 of the artifact
-the encoder's numbers came from) and a *key*: a hash of the code that computes the results
-and of the params that change them. On the next run a pair's stored result is reused only if
+the encoder's numbers came from) and a *key*: a hash of the stage's code digest (every file it
+runs, the one answer to which code changes a result) and of the params that change them. On the next run a pair's stored result is reused only if
 the key is the same and both encoders' fingerprints are; everything else is recomputed. The
 stored file is the stage's own output (a Snakemake ``update()`` output, a DVC ``persist``
 output), read before it is atomically replaced, so a pulled result seeds the next run too.
@@ -11,7 +11,6 @@ output), read before it is atomically replaced, so a pulled result seeds the nex
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -27,12 +26,10 @@ def fingerprints(files: Sequence[str | Path]) -> list[str]:
     return [file_sha256(f) for f in files]
 
 
-def code_key(modules: Sequence[str], params: Any) -> str:
-    """sha256 over the source of ``modules`` (e.g. ``"encmap.similarity.blocks"``) and the JSON of ``params``."""
-    h = hashlib.sha256()
-    for name in sorted(modules):
-        h.update(name.encode() + b"\0")
-        h.update(Path(importlib.util.find_spec(name).origin).read_bytes())
+def code_key(code: str, params: Any) -> str:
+    """sha256 over the stage's code (``code``: the hash of its code digest, which covers every file
+    the stage runs: :func:`encmap.workflow.deps.code_key`) and the JSON of ``params``."""
+    h = hashlib.sha256(code.encode() + b"\0")
     h.update(json.dumps(params, sort_keys=True, default=str).encode())
     return h.hexdigest()
 

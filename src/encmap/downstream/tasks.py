@@ -34,7 +34,7 @@ from ..corpus.brown import read_brown
 from ..corpus.candidates import INSTALL_HINT
 from ..corpus.cleaning import clean, normalise_key
 from ..corpus.wordnet import as_sentence, wordnet_synsets
-from ..io import file_sha256, gensim_test_data, read_legacy_text
+from ..io import file_sha256, gensim_test_data, read_utf8_or_cp1252
 from ..sampling import sample_rows
 from ..validation import EncmapError
 
@@ -169,7 +169,7 @@ def polarity(p: dict, probes: ProbeFilter, seed: int, gensim_dir: Path) -> dict[
 
     f = gensim_dir / "pang_lee_polarity.cor"
     pairs = []
-    for i, line in enumerate(read_legacy_text(f).splitlines(), start=1):
+    for i, line in enumerate(read_utf8_or_cp1252(f).splitlines(), start=1):
         if not line.strip():
             continue
         head, _, text = line.strip().partition(" ")
@@ -230,7 +230,7 @@ def _pairs_task(texts: list[str], pairs: list[tuple[int, int]], human: list[floa
 
 def lee(p: dict, probes: ProbeFilter, seed: int, gensim_dir: Path) -> dict[str, Any]:
     """Lee et al. (2005): 50 news documents, mean human similarity of every two (upper triangle)."""
-    docs = [line.strip() for line in read_legacy_text(gensim_dir / "lee.cor").splitlines() if line.strip()]
+    docs = [line.strip() for line in read_utf8_or_cp1252(gensim_dir / "lee.cor").splitlines() if line.strip()]
     f = gensim_dir / "similarities0-1.txt"
     sim = np.loadtxt(f)
     if sim.shape != (len(docs), len(docs)):
@@ -245,7 +245,7 @@ def word_pairs(file: str) -> Callable[..., dict[str, Any]]:
     def build(p: dict, probes: ProbeFilter, seed: int, gensim_dir: Path) -> dict[str, Any]:
         f = gensim_dir / file
         rows = []
-        for i, line in enumerate(read_legacy_text(f).splitlines(), start=1):
+        for i, line in enumerate(read_utf8_or_cp1252(f).splitlines(), start=1):
             if not line.strip() or line.startswith("#"):
                 continue
             parts = line.split("\t")

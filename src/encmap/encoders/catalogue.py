@@ -1,4 +1,4 @@
-"""The real zoo: ``models:`` entries for hub encoders from MTEB's model registry, offline.
+"""The catalogue: ``models:`` entries for hub encoders from MTEB's model registry, offline.
 
 mteb ships its registry (``mteb.get_model_metas()``: name, pinned revision, parameters, width,
 languages, license, release date, framework, loader, ``adapted_from``, ...). This module turns
@@ -41,7 +41,7 @@ Metadata the registry gets wrong
 The registry's width and parameter count are checked against what MTEB's results say of the
 same model (each revision folder's ``model_meta.json``; :func:`check_metadata`). Where they
 contradict, the entry does not copy the registry's number (``null``) and records both in
-``meta.metadata_conflicts``; ``encmap zoo`` counts and lists them. The map's ``dimension`` is
+``meta.metadata_conflicts``; ``encmap catalogue`` counts and lists them. The map's ``dimension`` is
 never the registry's: it is the width encmap measures on the embeddings.
 """
 

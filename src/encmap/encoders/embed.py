@@ -19,7 +19,7 @@ from ..validation import EncmapError, check_embeddings, degenerate_reason
 from .result import EmbeddingResult
 
 #: The package whose modules :func:`embed_model` imports by name (a module of it per backend).
-#: ``encmap.deps`` reads this: a stage that embeds depends on every module of that package.
+#: ``encmap.workflow.deps`` reads this: a stage that embeds depends on every module of that package.
 LOADS_BY_NAME = "encmap.encoders.backends"
 
 #: Backend name in params.yaml -> module of :data:`LOADS_BY_NAME` that implements ``embed``.

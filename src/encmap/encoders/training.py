@@ -55,12 +55,12 @@ def _wikipedia_read(f: str, mtime_ns: int, size: int) -> tuple[str, ...]:
 
 
 def _lee_background(gensim_dir: Path) -> list[str]:
-    from ..io import read_legacy_text
+    from ..io import read_utf8_or_cp1252
 
     f = gensim_dir / "lee_background.cor"
     if not f.is_file():
         raise EncmapError(f"training source 'lee-background': {f} not found (gensim's test data; pip install gensim)")
-    return [line.strip() for line in read_legacy_text(f).splitlines() if line.strip()]
+    return [line.strip() for line in read_utf8_or_cp1252(f).splitlines() if line.strip()]
 
 
 def training_texts(sources: list[str]) -> list[str]:

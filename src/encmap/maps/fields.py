@@ -19,7 +19,7 @@ from ..validation import EncmapError, lineage_cycle
 #: Metadata fields a map can be coloured by, in column order.
 FIELDS = ("model", "family", "architecture", "layer", "pooling", "dimension", "parameters",
           "languages", "objective", "kind")
-#: Fields of catalogue entries (``encmap zoo``), optional in ``meta``: empty where a model has none.
+#: Fields of catalogue entries (``encmap catalogue``), optional in ``meta``: empty where a model has none.
 OPTIONAL_FIELDS = ("organisation", "language_scope", "license", "release_year", "instructions")
 #: Fields whose values are numbers (coloured on a scale when they take many values).
 NUMERIC_FIELDS = ("layer", "dimension", "parameters", "release_year")

@@ -13,6 +13,7 @@ run. Pure function of its inputs: the same map gives the same bytes.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
@@ -87,183 +88,16 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     }
 
 
-_STYLE = """
-body { font: 14px system-ui, sans-serif; margin: 0; display: flex; height: 100vh; }
-#side { width: 300px; padding: 12px; box-sizing: border-box; overflow-y: auto; border-right: 1px solid #ddd; }
-#map { flex: 1; min-width: 0; }
-label { display: block; margin: 10px 0 4px; font-weight: 600; }
-select, input { width: 100%; box-sizing: border-box; padding: 4px; }
-#legend div { display: flex; align-items: center; gap: 6px; margin: 2px 0; font-size: 12px; }
-#legend span.sw { width: 12px; height: 12px; border-radius: 50%; flex: none; border: 1px solid #444; }
-#info { font-size: 12px; white-space: pre-wrap; margin-top: 8px; }
-h1 { font-size: 16px; margin: 0 0 6px; }
-p.note { font-size: 12px; color: #555; margin: 4px 0; }
-div.note { font-size: 12px; color: #333; margin: 4px 0; }
-label.check { font-weight: 400; display: flex; align-items: center; gap: 6px; }
-label.check input { width: auto; }
-"""
+#: The page's style and its script on top of plotly.js, files beside this module, embedded as
+#: they are (part of the map stage's code digest). Every string from the data reaches the DOM
+#: through textContent, or through esc() before plotly's pseudo-HTML hover labels.
+READS = ("page.css", "page.js")
 
-# Plain JavaScript on top of plotly.js. Every string from the data reaches the DOM through
-# textContent, or through esc() before plotly's pseudo-HTML hover labels.
-_SCRIPT = r"""
-(function () {
-  const D = JSON.parse(document.getElementById("map-data").textContent);
-  const m = D.ids.length;
-  const PALETTE = ["#1f77b4","#ff7f0e","#2ca02c","#d62728","#9467bd","#8c564b","#e377c2","#7f7f7f",
-    "#bcbd22","#17becf","#aec7e8","#ffbb78","#98df8a","#ff9896","#c5b0d5","#c49c94","#f7b6d2",
-    "#c7c7c7","#dbdb8d","#9edae5"];
-  // Plotly's hover labels parse a small HTML subset and decode only &amp; &lt; &gt; (a &quot;
-  // would show as such): escaping those three keeps every tag out and shows quotes as quotes.
-  function esc(s) {
-    return String(s).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
-  }
-  function show(v) { return v === null || v === undefined ? "n/a" : String(v); }
-  function fixed3(v) { return v === null ? "n/a" : v.toFixed(3); }
-  function hover(i) {
-    const lines = ["<b>" + esc(D.ids[i]) + "</b>"];
-    if (D.same[i].length) lines.push("the same encoder as (drawn as one): " + esc(D.same[i].join(", ")));
-    for (const f of D.fields) lines.push(esc(f) + ": " + esc(show(D.values[f][i])));
-    lines.push("nearest (" + esc(D.metric) + "):");
-    for (const [id, d] of D.neighbours[i]) lines.push("  " + esc(id) + "  " + d.toPrecision(4));
-    if (D.scores[i].length) {
-      lines.push("score: measured / predicted (" + esc(D.predictor) + " features, ridge, model held out)");
-      for (const [t, a, p] of D.scores[i])
-        lines.push("  " + esc(t) + "  " + fixed3(a) + " / " + fixed3(p));
-    }
-    return lines.join("<br>");
-  }
-  function colours(field) {
-    const vals = D.values[field];
-    const nums = vals.filter(v => typeof v === "number");
-    const uniq = [...new Set(vals.map(show))];
-    if (D.numeric.includes(field) && new Set(nums).size > 12) {
-      const lo = Math.min(...nums), hi = Math.max(...nums);
-      const logs = field === "parameters" && lo > 0;
-      const t = v => (logs ? (Math.log(v) - Math.log(lo)) / (Math.log(hi) - Math.log(lo) || 1) : (v - lo) / (hi - lo || 1));
-      const ramp = ["#440154","#3b528b","#21918c","#5ec962","#fde725"];
-      const pick = v => (typeof v !== "number") ? "#bbbbbb" : ramp[Math.min(4, Math.floor(t(v) * 4.999))];
-      return {colour: vals.map(pick), legend: [["low " + lo, ramp[0]], ["high " + hi, ramp[4]], ["n/a", "#bbbbbb"]]};
-    }
-    const counts = {};
-    for (const v of vals) counts[show(v)] = (counts[show(v)] || 0) + 1;
-    let order = uniq.sort((a, b) => counts[b] - counts[a] || (a < b ? -1 : a > b ? 1 : 0));
-    if (D.numeric.includes(field)) order = uniq.sort((a, b) => (a === "n/a") - (b === "n/a") || Number(a) - Number(b));
-    const col = {};
-    order.forEach((c, k) => { col[c] = k < PALETTE.length - 1 ? PALETTE[k] : "#bbbbbb"; });
-    return {colour: vals.map(v => col[show(v)]),
-            legend: order.slice(0, PALETTE.length).map(c => [c + " (" + counts[c] + ")", col[c]])};
-  }
-  function legend(entries) {
-    const box = document.getElementById("legend");
-    box.replaceChildren();
-    for (const [text, c] of entries) {
-      const row = document.createElement("div");
-      const sw = document.createElement("span");
-      sw.className = "sw"; sw.style.background = c;
-      const t = document.createElement("span");
-      t.textContent = text;
-      row.append(sw, t); box.append(row);
-    }
-  }
-  let L = 0;  // the layout shown (index into D.layouts)
-  function pathXY() {
-    const lx = [], ly = [], P = D.layouts[L];
-    for (const p of D.paths) { for (const i of p) { lx.push(P.x[i]); ly.push(P.y[i]); } lx.push(null); ly.push(null); }
-    return [lx, ly];
-  }
-  function arrows() {
-    if (!document.getElementById("lineage").checked) return [];
-    const P = D.layouts[L];
-    return D.lineage.map(([c, p]) => ({x: P.x[p], y: P.y[p], ax: P.x[c], ay: P.y[c], xref: "x", yref: "y",
-      axref: "x", ayref: "y", showarrow: true, arrowhead: 2, arrowsize: 1, arrowwidth: 1.2,
-      arrowcolor: "#b22222", opacity: 0.8, text: ""}));
-  }
-  function titleText() { return esc(m + " encoders, t-SNE of QRE features: " + D.layouts[L].name); }
-  const [lx0, ly0] = pathXY();
-  const first = colours(D.fields[0]);
-  const traces = [
-    {type: "scatter", mode: "lines", x: lx0, y: ly0, hoverinfo: "skip", showlegend: false,
-     line: {color: "#999999", width: 0.7}, name: "layers"},
-    {type: "scatter", mode: "markers", x: D.layouts[0].x, y: D.layouts[0].y, text: D.ids.map((_, i) => hover(i)),
-     hovertemplate: "%{text}<extra></extra>", showlegend: false, name: "encoders",
-     marker: {size: 9, color: first.colour, line: {width: 0.6, color: "#333333"}}},
-    {type: "scatter", mode: "markers", x: [], y: [], hoverinfo: "skip", showlegend: false, name: "highlight",
-     marker: {size: 18, color: "rgba(0,0,0,0)", line: {width: 2.5, color: "#d62728"}}},
-    {type: "scatter", mode: "markers+text", x: D.placed.map(p => p.x), y: D.placed.map(p => p.y),
-     text: D.placed.map(p => esc(p.id)), textposition: "top center", showlegend: false, name: "placed",
-     hovertext: D.placed.map(p => "<b>placed: " + esc(p.id) + "</b><br>" +
-       (p.same ? "the same encoder as " + esc(p.same) + "<br>" : "") +
-       p.neighbours.map(([id, d]) => esc(id) + "  " + d.toPrecision(4)).join("<br>")),
-     hoverinfo: "text", marker: {size: 16, symbol: "star", color: "#000000", line: {width: 1, color: "#ffd700"}}},
-  ];
-  const layout = {margin: {l: 40, r: 10, t: 30, b: 40}, dragmode: "pan", hovermode: "closest",
-    title: {text: titleText(), font: {size: 14}}, annotations: [],
-    xaxis: {zeroline: false, title: {text: "t-SNE 1"}}, yaxis: {zeroline: false, title: {text: "t-SNE 2"}, scaleanchor: "x"}};
-  Plotly.newPlot("map", traces, layout, {scrollZoom: true, displaylogo: false, responsive: true});
-  legend(first.legend);
 
-  const faith = document.getElementById("faithfulness");
-  function showFaithfulness() {
-    faith.replaceChildren();
-    for (const [k, v] of Object.entries(D.layouts[L].faithfulness)) {
-      const row = document.createElement("div");
-      row.textContent = k + ": " + fixed3(v);
-      faith.append(row);
-    }
-  }
-  const lsel = document.getElementById("layout");
-  D.layouts.forEach((P, k) => { const o = document.createElement("option"); o.value = String(k); o.textContent = P.name; lsel.append(o); });
-  lsel.addEventListener("change", () => {
-    L = Number(lsel.value);
-    const [lx, ly] = pathXY(), P = D.layouts[L];
-    const placedShown = L === 0;
-    Plotly.update("map", {x: [lx, P.x, [], placedShown ? D.placed.map(p => p.x) : []],
-                          y: [ly, P.y, [], placedShown ? D.placed.map(p => p.y) : []]},
-                  {"title.text": titleText(), annotations: arrows(), "xaxis.autorange": true, "yaxis.autorange": true},
-                  [0, 1, 2, 3]);
-    showFaithfulness();
-    highlight();
-  });
-  showFaithfulness();
-  const lin = document.getElementById("lineage");
-  lin.disabled = D.lineage.length === 0;
-  lin.addEventListener("change", () => Plotly.relayout("map", {annotations: arrows()}));
+def _asset(name: str) -> str:
+    return (Path(__file__).parent / name).read_text(encoding="utf-8")
 
-  const sel = document.getElementById("color-by");
-  for (const f of D.fields) { const o = document.createElement("option"); o.value = f; o.textContent = f; sel.append(o); }
-  sel.addEventListener("change", () => {
-    const c = colours(sel.value);
-    Plotly.restyle("map", {"marker.color": [c.colour]}, [1]);
-    legend(c.legend);
-  });
 
-  const list = document.getElementById("ids");
-  for (const id of [...D.ids, ...D.placed.map(p => p.id)]) { const o = document.createElement("option"); o.value = id; list.append(o); }
-  const info = document.getElementById("info");
-  const search = document.getElementById("search");
-  function highlight() {
-    const q = search.value.trim();
-    let i = D.ids.indexOf(q), nb, at;
-    const p = D.placed.find(p => p.id === q);
-    const P = D.layouts[L];
-    if (i >= 0) { nb = D.neighbours[i]; at = [P.x[i], P.y[i]]; }
-    else if (p && L === 0) { nb = p.neighbours; at = [p.x, p.y]; }
-    else {
-      Plotly.restyle("map", {x: [[]], y: [[]]}, [2]);
-      info.textContent = q ? "no encoder " + q : "";
-      return;
-    }
-    const idx = nb.map(([id]) => D.ids.indexOf(id)).filter(j => j >= 0);
-    Plotly.restyle("map", {x: [[at[0], ...idx.map(j => P.x[j])]], y: [[at[1], ...idx.map(j => P.y[j])]],
-      "marker.size": [[22, ...idx.map(() => 14)]]}, [2]);
-    info.textContent = q + "\nnearest in feature space (" + D.metric + "):\n" +
-      nb.map(([id, d], r) => (r + 1) + ". " + id + "  " + d.toPrecision(4)).join("\n");
-  }
-  search.addEventListener("input", highlight);
-  search.addEventListener("change", highlight);
-  window.encmapMap = {data: D, highlight: highlight, layout: () => L};
-})();
-"""
 
 
 def render_page(data: dict, title: str = "encmap: map of sentence encoders") -> str:
@@ -277,7 +111,7 @@ def render_page(data: dict, title: str = "encmap: map of sentence encoders") -> 
             f"to zoom, drag to pan; double-click resets.") + (f" Placed: {placed} (star)." if placed else "")
     return "".join([
         "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n",
-        f"<title>{escape(title)}</title>\n<style>{_STYLE}</style>\n",
+        f"<title>{escape(title)}</title>\n<style>{_asset('page.css')}</style>\n",
         "<script>", get_plotlyjs(), "</script>\n</head>\n<body>\n<div id=\"side\">\n",
         f"<h1>{escape(title)}</h1>\n<p class=\"note\">{escape(note)}</p>\n",
         "<label for=\"layout\">Layout</label><select id=\"layout\"></select>\n",
@@ -288,5 +122,5 @@ def render_page(data: dict, title: str = "encmap: map of sentence encoders") -> 
         "<input id=\"search\" list=\"ids\" placeholder=\"encoder id\" autocomplete=\"off\"><datalist id=\"ids\"></datalist>\n",
         "<div id=\"info\"></div>\n<label>Legend</label><div id=\"legend\"></div>\n</div>\n<div id=\"map\"></div>\n",
         "<script type=\"application/json\" id=\"map-data\">", _json_for_script(data), "</script>\n",
-        "<script>", _SCRIPT, "</script>\n</body>\n</html>\n",
+        "<script>", _asset("page.js"), "</script>\n</body>\n</html>\n",
     ])

@@ -25,7 +25,7 @@ def agreement_step(features: str, pairwise: str, cka: str, rbf: str, stitches: s
     CKA (debiased and biased), 1 - RBF CKA (debiased) and, per stitch, 1 - the mean R² of the
     two directions. Writes ``agreement`` (CSV: Spearman between every two measures and the
     number of pairs), ``metrics`` (JSON for DVC) and heatmaps ``png_<name>`` / ``svg_<name>``
-    for each of :data:`encmap.layout.HEATMAPS`.
+    for each of :data:`encmap.workflow.layout.HEATMAPS`.
     """
     fm = read_feature_matrix(features)
     ids = fm["ids"]

@@ -22,24 +22,24 @@ from ..sampling import sample_rows
 from ..similarity.cka import gram_cka_matrix, rbf_gram
 from ..similarity.subset import subset_pairs
 
-#: Modules whose code computes the RBF CKA numbers (part of the reuse key).
-RBF_CODE = ("encmap.similarity.cka", "encmap.similarity.subset", "encmap.sampling", "encmap.pipeline.cka_rbf")
-
 
 def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subset: dict[str, Any],
-                 rbf: dict[str, Any], threads: int | None = None) -> None:
+                 rbf: dict[str, Any], threads: int | None = None, code: str) -> None:
     """RBF CKA between every two encoders of the configured subset.
 
     ``out`` names ``rbf`` (HDF5: ``cka_rbf``, ``cka_rbf_debiased`` (k, k) over the subset, NaN
     for pairs not compared, with ``encoder_ids`` and the embeddings files' ``fingerprints``) and
     ``timing`` (JSON). ``subset``, ``rbf``: those parts of params.yaml's ``similarity``.
+
+    ``code``: the hash of the stage's code digest (its rule passes it), part of the key under
+    which stored pairs are reused.
     """
     fm = read_feature_matrix(features)
     ids, pairs = subset_pairs(fm["records"], fm["F"], subset)
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
-    rbf, rbf_attrs, computed = _rbf_pairs(X, ids, fps, pairs, rbf, out["rbf"], threads)
+    rbf, rbf_attrs, computed = _rbf_pairs(X, ids, fps, pairs, rbf, out["rbf"], threads, code)
     seconds = time.perf_counter() - t0
     datasets = rbf | {"encoder_ids": np.array(ids, dtype=object), "fingerprints": np.array(fps, dtype=object)}
     write_h5(out["rbf"], datasets, rbf_attrs | {
@@ -51,13 +51,13 @@ def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, sub
 
 
 def _rbf_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]], rb: dict,
-               stored: str, threads: int | None) -> tuple[dict[str, np.ndarray], dict, int]:
+               stored: str, threads: int | None, code: str) -> tuple[dict[str, np.ndarray], dict, int]:
     """RBF CKA (biased, debiased) over the unordered pairs among ``pairs``; (k, k) matrices over ``ids``.
 
     Pairs of unchanged encoders come from ``stored`` (the previous output). Returns the
     matrices, the attributes to store with them and how many pairs were computed.
     """
-    key = code_key(RBF_CODE, rb)
+    key = code_key(code, rb)
     k = len(ids)
     pos = {e: i for i, e in enumerate(ids)}
     wanted = np.zeros((k, k), bool)

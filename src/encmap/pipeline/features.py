@@ -10,8 +10,7 @@ from .. import __version__
 from ..artifacts.embeddings import CARRIED, check_is_encoder
 from ..artifacts.pip import load_spectrum
 from ..io import read_h5, write_h5
-from ..qre.features import qre_features, qre_to_base
-from ..qre.spectral import spectral_profile, von_neumann_entropy
+from ..qre.features import encoder_features
 
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
@@ -24,12 +23,8 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
         return
     with threadpool_limits(threads):
         spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
-        feats = qre_features(spec, direction=direction, eps=eps)
-        to_base = qre_to_base(spec, direction=direction, eps=eps)
-        # The spectrum's own summaries, the regression's spectral baselines (encmap.qre.spectral).
-        profile = spectral_profile(spec, eps=eps)
-        entropy = von_neumann_entropy(spec, eps=eps)
-    write_h5(out, {"features": feats, "profile": profile}, {k: attrs.get(k, "") for k in CARRIED} | {
+        f = encoder_features(spec, direction=direction, eps=eps)
+    write_h5(out, {"features": f["features"], "profile": f["profile"]}, {k: attrs.get(k, "") for k in CARRIED} | {
         "d": int(attrs["d"]), "direction": direction, "eps": eps,
-        "qre_to_base": to_base, "entropy": entropy, "encmap_version": __version__,
+        "qre_to_base": f["qre_to_base"], "entropy": f["entropy"], "encmap_version": __version__,
     })

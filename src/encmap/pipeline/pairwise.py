@@ -24,15 +24,10 @@ from ..qre.spectrum import Spectrum
 from ..similarity.blocks import MEASURES, pair_flop, pair_measures
 from ..validation import EncmapError
 
-#: Modules whose code computes the pairwise numbers (part of the reuse key): this step only loads
-#: spectra and hands them to encmap.similarity.blocks.
-PAIR_CODE = ("encmap.similarity.blocks", "encmap.qre.pairwise", "encmap.similarity.cka", "encmap.qre.spectrum",
-             "encmap.artifacts.pip")
-
 
 def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: str, timing: str, *, eps: float,
                   device: str = "cpu", block_columns: int = 4096, threads: int | None = None,
-                  memory_bytes: float | None = None) -> None:
+                  memory_bytes: float | None = None, code: str) -> None:
     """Exact S(ρ_i‖ρ_j) and linear CKA between every two encoders on the map, from their stored PIPs.
 
     Writes ``out_qre`` (``qre`` (m, m), row i column j = S(ρ_i,ε‖ρ_j,ε)), ``out_cka`` (``cka``,
@@ -45,6 +40,9 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     machine's memory), each U is derived once into a memory-mapped scratch file beside
     ``out_qre`` (removed afterwards) and the blocks read from there: at 1,101 encoders the U's
     are ~33 GB.
+
+    ``code``: the hash of the stage's code digest (its rule passes it): part of the key under
+    which stored pairs are reused, so an edit to any file the stage runs recomputes them.
     """
     dev = "cpu"
     if device != "cpu":
@@ -65,7 +63,7 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
         if attrs["sentences_sha256"] != sha:
             raise stale_sentences(by_id[e], "PIP", e)
     fps = fingerprints([by_id[e] for e in ids])
-    key = code_key(PAIR_CODE, {"eps": eps})
+    key = code_key(code, {"eps": eps})
     stored = None
     prev_q = previous_matrices(out_qre, ["qre"], key)
     prev_c = previous_matrices(out_cka, ["cka", "cka_debiased"], key)

@@ -11,7 +11,7 @@ from ..artifacts.embeddings import CARRIED, check_is_encoder, encoder_file
 from ..artifacts.failures import failed_attrs, read_failure
 from ..artifacts.pip import write_pip
 from ..io import read_h5, write_h5
-from ..qre.spectrum import factor_pip, prepare_embeddings
+from ..qre.spectrum import encoder_pip
 
 
 def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: int, center: bool,
@@ -28,8 +28,7 @@ def pip_step(emb_dir: str, encoder: str, out: str, *, tol: float, dense_max_n: i
     data, attrs = read_h5(f, ["embeddings"])
     check_is_encoder(f, attrs, encoder, "embeddings", Path(emb_dir).name)
     name = f"encoder {encoder!r} ({f})"
-    E = prepare_embeddings(data["embeddings"], center=center, normalize_rows=normalize_rows, name=name)
     with threadpool_limits(threads):  # the job's share of cores when jobs run side by side
-        spec = factor_pip(E, tol=tol, method="svd", name=name)
+        spec, E = encoder_pip(data["embeddings"], tol=tol, center=center, normalize_rows=normalize_rows, name=name)
     write_pip(out, spec, f, dense=E.shape[0] <= dense_max_n, attrs={k: attrs.get(k, "") for k in CARRIED} | {
         "tol": tol, "center": center, "normalize_rows": normalize_rows, "encmap_version": __version__})

@@ -1,117 +1,27 @@
-"""Step of rule ``regress``: predict every task's score from the QRE features; predictions for new encoders."""
+"""Step of rule ``regress``: predict every task's score from the QRE features (the library it runs:
+:mod:`encmap.downstream.prediction`)."""
 
 from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from .. import __version__
-from ..artifacts.embeddings import check_is_encoder
-from ..artifacts.failures import FAILED, failure_report, read_failure
+from ..artifacts.failures import failure_report
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_baselines, draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
-from ..downstream.regression import (
-    REGRESSORS,
-    fit_final,
-    join_blocks,
-    predictor_blocks,
-    regression_table,
-    require_groups,
-    summary,
-)
-from ..downstream.score_tables import read_groups, read_score_table, score_table_text
-from ..io import atomic_write_json, atomic_write_text, csv_table, read_h5, read_json, rounded, write_h5
+from ..downstream.prediction import read_eval_scores, run_regression, table_text, write_regressors
+from ..downstream.regression import fit_final, predictor_blocks
+from ..downstream.score_tables import read_score_table, score_table_text
+from ..io import atomic_write_json, atomic_write_text, csv_table, rounded
 from ..validation import EncmapError
-
-
-def read_eval_scores(eval_dirs: list[str], sentences_sha256: str,
-                     failures: list[dict[str, Any]] | None = None) -> tuple[dict[str, dict[str, float]], list[str]]:
-    """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks.
-
-    Every result must come from the sentence set the features were computed on (its probe
-    sentences were removed from the tasks); a stale one is an error naming its file. A model
-    that failed under ``evaluate.on_error: skip`` has no scores; its record is appended to
-    ``failures`` (model, stage, error, encoders).
-    """
-    scores: dict[str, dict[str, float]] = {}
-    tasks: list[str] = []
-    for d in eval_dirs:
-        failure = read_failure(d)
-        if failure is not None:
-            if failure.get("sentences_sha256") != sentences_sha256:
-                raise EncmapError(f"{d}/{FAILED}: recorded against another sentence set than the features; "
-                                  "rerun the 'evaluate' rule for this model")
-            print(f"warning: model {failure['model']!r} has no scores ({failure['stage']} failed: "
-                  f"{failure['error']})", file=sys.stderr)
-            if failures is not None:
-                failures.append({k: failure[k] for k in ("model", "stage", "error")}
-                                | {"encoders": sorted(failure["encoders"])})
-            continue
-        files = sorted(Path(d).glob("*.json"))
-        if not files:
-            raise EncmapError(f"{d}: no evaluation results; rerun the 'evaluate' rule for this model")
-        for f in files:
-            r = read_json(f, "rerun the 'evaluate' rule for this model")
-            check_is_encoder(f, r, f.stem, "scores", Path(d).name)
-            if f.stem in scores:
-                raise EncmapError(f"{f}: encoder {f.stem!r} has scores in two directories")
-            if r.get("sentences_sha256") != sentences_sha256:
-                raise EncmapError(f"{f}: scored against another sentence set than the features "
-                                  f"({str(r.get('sentences_sha256'))[:12]}… vs {sentences_sha256[:12]}…); "
-                                  "rerun the 'evaluate' rule for this model")
-            scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
-            tasks += [t for t in r["tasks"] if t not in tasks]
-    return scores, tasks
 
 
 def embed_failures(attrs: dict[str, Any]) -> list[dict[str, Any]]:
     """The models ``gather`` left off the feature matrix because they failed (its ``failed`` attribute)."""
     failed = attrs.get("failed", "{}")
     return failure_report(json.loads(failed) if isinstance(failed, str) else failed)
-
-
-def score_matrix(ids: list[str], scores: dict[str, dict[str, float]], tasks: list[str]) -> np.ndarray:
-    """(m, T) scores in feature-matrix row order; NaN where an encoder has no score for a task."""
-    return np.array([[scores.get(e, {}).get(t, np.nan) for t in tasks] for e in ids], dtype=np.float64)
-
-
-def families_of(records: list[dict[str, Any]] | None) -> list[str] | None:
-    """Each encoder's family (``meta.family``; a model without one is a family of its own)."""
-    if records is None:
-        return None
-    return [str(r["meta"].get("family") or f"model:{r['model']}") for r in records]
-
-
-def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
-                   params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
-    """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker
-    processes); families from the matrix's encoder records, when it has them."""
-    Y = score_matrix(fm["ids"], scores, tasks)
-    few = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
-    empty = [t for t in few if not t.startswith(PREFIX)]
-    if empty:
-        raise EncmapError(f"task {empty[0]!r}: fewer than 3 encoders on the map have a score")
-    if few:  # published MTEB tasks that too few mapped models were evaluated on: sat out, named
-        print(f"warning: {len(few)} MTEB task(s) left out of the regression, fewer than 3 encoders with a score: "
-              + ", ".join(few), file=sys.stderr)
-        keep = [j for j, t in enumerate(tasks) if t not in few]
-        tasks, Y = [tasks[j] for j in keep], Y[:, keep]
-    rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs,
-                                   families=families_of(fm["records"]), spectral=fm.get("spectral"))
-    return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
-
-
-TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
-
-
-def table_text(rows: list[dict[str, Any]]) -> str:
-    """The regression table as CSV text."""
-    return csv_table(rows, TABLE_FIELDS)
 
 
 def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, regress: dict[str, Any],
@@ -160,12 +70,7 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
     draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"], features=predictor)
     draw_baselines(res["rows"], tasks, out["baselines_png"], out["baselines_svg"])
-    write_h5(out["regressors"], {"weights": final["weights"], "intercepts": final["intercepts"],
-                                 "tasks": np.array(tasks), "regressors": np.array(REGRESSORS),
-                                 "encoder_ids": np.array(ids)},
-             {"chosen": final["chosen"], "sentences_sha256": fm["attrs"]["sentences_sha256"],
-              "eps": float(fm["attrs"]["eps"]), "direction": str(fm["attrs"]["direction"]),
-              "n": int(fm["F"].shape[1]), "predictor": predictor, "encmap_version": __version__})
+    write_regressors(out["regressors"], final, tasks, ids, fm["attrs"] | {"n": fm["F"].shape[1]}, predictor)
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {
         "predictor": predictor, "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
         "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures),
@@ -177,61 +82,3 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     atomic_write_text(out["mteb_scores"], score_table_text(published.rows() if published else []))
     atomic_write_json(out["mteb_sources"], published.report() if published else
                       {"split": None, "counts": None, "models": [], "note": "regress.mteb.results is null"})
-
-
-def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any],
-                   spectral: dict[str, np.ndarray] | None = None) -> dict[str, dict[str, np.ndarray]]:
-    """Each task's predicted main score for new encoders, per regressor.
-
-    ``F`` (k, n): their QRE features; ``spectral``: their spectral summaries (``entropy`` (k,),
-    ``profile`` (k, 16)), needed when the regressors were fitted on a spectral predictor
-    (``regress.predictor``). ``attrs`` are the feature settings the new rows were computed with
-    (sentences_sha256, eps, direction); they must be the ones the regressors were trained on.
-    ``regressors`` is the HDF5 file of :func:`regress_step` (``weights`` (T, R, p),
-    ``intercepts`` (T, R), attribute ``predictor``). Returns ``{task: {regressor: predictions (k,)}}``.
-    """
-    p = Path(regressors)
-    if not p.is_file():
-        raise EncmapError(f"{p}: no fitted regressors; run the 'regress' rule first")
-    saved, meta = read_h5(p, ["weights", "intercepts", "tasks", "regressors"])
-    for key in ("sentences_sha256", "direction"):
-        if str(meta[key]) != str(attrs[key]):
-            raise EncmapError(f"{p}: regressors were trained on features with {key} {meta[key]!r}, "
-                              f"not {attrs[key]!r}; rerun the 'regress' rule")
-    if float(meta["eps"]) != float(attrs["eps"]) or int(meta["n"]) != F.shape[1]:
-        raise EncmapError(f"{p}: regressors were trained on features of n = {meta['n']}, eps = {meta['eps']}; "
-                          f"these have n = {F.shape[1]}, eps = {attrs['eps']}")
-    X, _ = join_blocks(predictor_blocks(str(meta.get("predictor", "qre")), F, spectral))
-    W, b = saved["weights"], saved["intercepts"]
-    if W.shape[-1] != X.shape[1]:
-        raise EncmapError(f"{p}: regressors on {W.shape[-1]} columns, the new encoders' predictor "
-                          f"{meta.get('predictor', 'qre')!r} has {X.shape[1]}; rerun the 'regress' rule")
-    return {t: {reg: X @ W[i, r] + b[i, r] for r, reg in enumerate(saved["regressors"])}
-            for i, t in enumerate(saved["tasks"])}
-
-
-def regress_tables(features: str, scores: str, groups: str | None, params: dict[str, Any],
-                   jobs: int | None = None) -> str:
-    """``encmap regress``: the protocol on any feature matrix and score table; the table as text.
-
-    The matrix needs datasets ``features`` (m, n) and ``encoder_ids`` (m); without ``encoders``
-    (encmap's per-encoder records) the baselines that need them are left out and ``groups`` (CSV
-    encoder,group) is required, else groups default to each encoder's model. ``jobs``: worker
-    processes.
-    """
-    fm = read_feature_matrix(features, require_records=False)
-    table = read_score_table(scores, fm["ids"])
-    tasks = sorted({t for s in table.values() for t in s})
-    if groups:
-        g = read_groups(groups, fm["ids"])
-        require_groups(g, "grouped", f"{groups}: ")  # asked for by name: say so rather than leave the protocol out
-    elif fm["records"] is None:
-        raise EncmapError(f"{features}: no encoder records (dataset 'encoders') to take each encoder's model from; "
-                          "give --groups CSV encoder,group (the grouped CV holds out whole groups)")
-    else:
-        g = [r["model"] for r in fm["records"]]
-    if fm["records"] is None:
-        print(f"{features}: no encoder records (dataset 'encoders'): the width, layer and parameters baselines "
-              "are left out", file=sys.stderr)
-    res = run_regression(fm, table, tasks, g, params, jobs)
-    return table_text(res["rows"])

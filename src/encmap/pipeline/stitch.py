@@ -26,25 +26,24 @@ from ..sampling import sample_rows
 from ..similarity.stitch import COLUMNWISE, fit_predict, judged, split_rows
 from ..similarity.subset import select_group, subset_pairs
 
-#: Modules whose code computes the stitch numbers (part of the reuse key): this step samples the
-#: sentences and stacks the targets itself, so it is part of its own key.
-STITCH_CODE = ("encmap.similarity.stitch", "encmap.similarity.subset", "encmap.sampling", "encmap.pipeline.stitch")
-
 
 def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subset: dict[str, Any],
-                stitch: dict[str, Any], threads: int | None = None) -> None:
+                stitch: dict[str, Any], threads: int | None = None, code: str) -> None:
     """Stitches between every two encoders of the configured subset, both ways.
 
     ``out`` names ``stitches`` (JSON: one record per source, target, method and MLP depth, with
     the encoders' fingerprints), ``csv`` (the same table) and ``timing``. ``subset``, ``stitch``:
     those parts of params.yaml's ``similarity``. Everything is computed before the first file is written.
+
+    ``code``: the hash of the stage's code digest (its rule passes it), part of the key under
+    which stored pairs are reused.
     """
     fm = read_feature_matrix(features)
     ids, pairs = subset_pairs(fm["records"], fm["F"], subset)
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
-    table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads)
+    table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads, code)
     seconds = time.perf_counter() - t0
     atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")}
                       | {"rows": table, "checksum": rows_checksum(table, info["key"])})
@@ -83,14 +82,14 @@ def rows_checksum(rows: list[dict] | None, key: str) -> str:
 
 
 def _stitch_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]],
-                  records: list[dict], st: dict, stored: str, threads: int | None) -> tuple[list[dict], dict]:
+                  records: list[dict], st: dict, stored: str, threads: int | None, code: str) -> tuple[list[dict], dict]:
     """Every stitch of every ordered pair (reusing stored rows of unchanged pairs), in pair order.
 
     Returns the table rows and ``info`` (key, params, sample and split sizes, pairs computed,
     device, fits and seconds per method).
     """
     dev = resolve_device(st["device"])
-    key = code_key(STITCH_CODE, st | {"device_kind": dev.split(":")[0]})
+    key = code_key(code, st | {"device_kind": dev.split(":")[0]})
     fp = dict(zip(ids, fps))
     old = _previous_stitches(stored, key)
     srows = sample_rows(X[ids[0]].shape[0], st["sample"], np.random.default_rng([st["seed"], 0]))

@@ -9,6 +9,8 @@ n x n matrix (the dense references are in :mod:`encmap.qre.reference`).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 from scipy.special import xlogy
 
@@ -67,3 +69,17 @@ def qre_to_base(E: ArrayOrSpectrum, *, direction: str = "forward", eps: float = 
     if direction == "forward":
         return float(xlogy(mu, n * mu).sum() + (n - r) * xlogy(mu0, n * mu0))
     return float(-(np.log(n * mu).sum() + (n - r) * np.log(n * mu0)) / n)
+
+
+def encoder_features(spec: ArrayOrSpectrum, *, direction: str, eps: float) -> dict[str, Any]:
+    """Everything the ``features`` stage (and ``encmap place``) derives from one encoder's spectrum.
+
+    Returns ``features`` (n,): :func:`qre_features`; ``qre_to_base``: :func:`qre_to_base`;
+    ``profile`` (16,) and ``entropy``: the spectrum's own summaries
+    (:mod:`encmap.qre.spectral`, the regression's spectral baselines).
+    """
+    from .spectral import spectral_profile, von_neumann_entropy
+
+    return {"features": qre_features(spec, direction=direction, eps=eps),
+            "qre_to_base": qre_to_base(spec, direction=direction, eps=eps),
+            "profile": spectral_profile(spec, eps=eps), "entropy": von_neumann_entropy(spec, eps=eps)}

@@ -166,6 +166,17 @@ def factor_pip(
     return _truncate(Q @ W, np.clip(w2, 0.0, None), tol)
 
 
+def encoder_pip(E: np.ndarray, *, tol: float, center: bool, normalize_rows: bool,
+                name: str = "embeddings") -> tuple[Spectrum, np.ndarray]:
+    """One encoder's factored PIP as the pipeline's ``pip`` stage makes it (and ``encmap place``).
+
+    ``E`` (n, d): the encoder's raw embeddings. Returns the :class:`Spectrum` (thin SVD, with
+    V (d, r)) of the prepared embeddings and those prepared embeddings (n, d).
+    """
+    X = prepare_embeddings(E, center=center, normalize_rows=normalize_rows, name=name)
+    return factor_pip(X, tol=tol, method="svd", name=name), X
+
+
 def spectrum_from_arrays(U: np.ndarray, lam: np.ndarray, trace: float = 1.0) -> Spectrum:
     """Rebuild a :class:`Spectrum` from stored arrays (e.g. a PIP HDF5 file).
 

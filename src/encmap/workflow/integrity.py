@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Iterable
 
 from .deps import DIGESTS, SLICES
-from .io import file_sha256
+from ..io import file_sha256
 
 #: Set by ``encmap repro`` for the Snakemake calls it makes: DVC records what they write.
 UNDER_DVC = "ENCMAP_UNDER_DVC"
@@ -40,7 +40,7 @@ LEDGER = ".snakemake/encmap/ledger.sqlite"
 #: Where the pipeline's artifacts live (relative to the workflow root).
 TRACKED = ("data", "results")
 #: Not Snakemake's: the code digests and params slices, written by DVC's bookkeeping stages alone
-#: (``encmap.deps``).
+#: (``encmap.workflow.deps``).
 NOT_TRACKED = (DIGESTS, SLICES)
 
 

@@ -1,7 +1,7 @@
 """What code each workflow stage runs: the files its DVC stage must depend on, no more, no fewer.
 
 A stage's job is declared by ``rules/<stage>.smk`` and runs ``scripts/<stage>.py`` (a ``script:``
-rule, or a ``run:`` block that hands the script to :func:`encmap.jobs.in_process`). Its code
+rule, or a ``run:`` block that hands the script to :func:`encmap.workflow.jobs.in_process`). Its code
 dependencies are those two files, ``scripts/_job.py`` (the helper every script imports, with
 everything it imports), and every encmap module the job can execute, found by following imports
 from the rule's ``run:`` block and the script:
@@ -15,7 +15,12 @@ from the rule's ``run:`` block and the script:
 - a function that imports modules by name (``importlib.import_module(<expression>)``) must sit in
   a module that declares the package it loads from in a module-level ``LOADS_BY_NAME``; every
   module of that package is reached and the stage depends on the package's directory. An
-  undeclared dynamic import is an error, so a dependency can never be missed silently.
+  undeclared dynamic import is an error, so a dependency can never be missed silently;
+- a module that reads files beside it (the map page's JavaScript) names them in a module-level
+  ``READS``: they are part of its code wherever the module runs.
+
+The digest is the one answer to "which code changes this result": the pair stages key their
+reusable pairs by it too (:func:`code_key`, handed to them by their rules).
 
 DVC does not list these files per stage. ``dvc.yaml``'s ``code`` stage depends on the workflow's code
 as a whole (:data:`CODE_ROOTS`) and writes one *code digest* per stage, ``results/code/<stage>.sha256``:
@@ -25,7 +30,7 @@ whose digest changed follow. Twenty code deps in each of ~4,400 per-model stages
 cost ~60 s at 1,101 models (DVC builds and hashes every dep of every stage); one digest each, ~17 s.
 
 Not followed: ``rules/common.smk`` and the Snakefile, with what they import (``encmap.params``,
-``encmap.layout``, the schema). They validate params and name the files before any job starts:
+the stage registry, the schema). They validate params and name the files before any job starts:
 they decide *whether and which* jobs run, never what a job writes, and DVC hashes the params'
 values itself. An edit to them (a new parameter's description, a better error message) must not
 make every stage of a thousand-model map stale.
@@ -38,7 +43,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .validation import EncmapError
+from ..validation import EncmapError
+from .stages import BOOKKEEPING, CODE_STAGE, PARAMS_STAGE, STAGES  # noqa: F401 (re-exported: the bookkeeping names)
 
 #: Workflow files that are code but no stage's dependency (see the module docstring).
 NOT_STAGE_CODE = ("Snakefile", "rules/common.smk")
@@ -46,38 +52,17 @@ NOT_STAGE_CODE = ("Snakefile", "rules/common.smk")
 LIBRARY_STACK = "requirements/lock.txt"
 #: What the ``code`` stage depends on: every file a digest can hash, whatever a later import adds.
 CODE_ROOTS = (LIBRARY_STACK, "rules", "scripts", "src/encmap")
-#: The DVC stage that writes the digests, and where.
-CODE_STAGE = "code"
+#: Where the ``code`` stage writes the digests.
 DIGESTS = "results/code"
 
-#: The params each stage's outputs depend on (dotted paths into params.yaml; ``{model}``: the
-#: model of a per-model stage). DVC reads them from the stage's *params slice*, written by the
-#: ``params`` stage, not from params.yaml: DVC parses a params file once per stage that lists it
-#: (ruamel, ~1-1.5 s for 1,101 models), which made `dvc status` of a computed 1,101-model map take
-#: over an hour. A stage whose params name ``{model}`` has one slice per model, the others one slice.
-#: A path may leave out keys that change no output (``"embed except on_error"``: whether a failure
-#: stops the run); ``models.*.meta`` is every model's meta, by model id.
-STAGE_PARAMS: dict[str, tuple[str, ...]] = {
-    "curate": ("sentences",),
-    "embed": ("models.{model} except meta", "embed except on_error", "sentences.n"),
-    "pip": ("pip",),
-    "features": ("qre",),
-    "gather": ("models.*.meta",),
-    "pairwise": ("qre.eps", "pairwise"),
-    "cka_rbf": ("similarity.subset", "similarity.rbf"),
-    "stitch": ("similarity.subset", "similarity.stitch"),
-    "map": ("map", "regress.predictor"),
-    "tasks": ("sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
-              "evaluate.brown", "evaluate.polarity", "evaluate.data"),
-    "evaluate": ("models.{model} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",
-                 "evaluate.classification", "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"),
-    "regress": ("regress",),
-}
-PARAMS_STAGE = "params"
+#: Each stage's params: :attr:`encmap.workflow.stages.Stage.params` (DVC reads them from the
+#: stage's *params slice*, written by the ``params`` stage, not from params.yaml: DVC parses a
+#: params file once per stage that lists it, which made `dvc status` of a computed 1,101-model
+#: map take over an hour).
+STAGE_PARAMS: dict[str, tuple[str, ...]] = {name: st.params for name, st in STAGES.items() if st.params}
 SLICES = "results/params"
-SLICER = "src/encmap/deps.py"  # the params stage's code: what decides a slice's content
-#: DVC bookkeeping stages: run by DVC itself (no Snakemake job), before the stages that use them.
-BOOKKEEPING = (CODE_STAGE, PARAMS_STAGE)
+#: The params stage's code: what decides a slice's content.
+SLICER = ("src/encmap/workflow/deps.py", "src/encmap/workflow/stages.py")
 
 _MODULE = "<module>"  # the symbol standing for a module's top-level code
 _SMK_IMPORT = re.compile(r"^\s*(?:from\s+(encmap[\w.]*)\s+import\s+([\w\s,()]+?)|import\s+(encmap[\w.]*))\s*$", re.M)
@@ -95,14 +80,15 @@ class _Module:
     defs: dict[str, ast.AST] = field(default_factory=dict)
     bindings: dict[str, tuple[str, str]] = field(default_factory=dict)  # name -> (module, symbol or <module>)
     loads_by_name: str | None = None
+    reads: tuple[str, ...] = ()  # files beside the module it reads (READS): part of its code
 
 
 class Reach:
     """Import reachability over the encmap package under ``root/src``."""
 
-    def __init__(self, root: str | Path):
+    def __init__(self, root: str | Path, src: str | Path | None = None):
         self.root = Path(root)
-        self.src = self.root / "src"
+        self.src = Path(src) if src is not None else self.root / "src"
         self._modules: dict[str, _Module | None] = {}
         self.files: set[Path] = set()
         self.dirs: set[Path] = set()
@@ -129,6 +115,16 @@ class Reach:
                     if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
                         raise EncmapError(f"{path}: LOADS_BY_NAME must be a string literal (a package name)")
                     mod.loads_by_name = node.value.value
+                elif isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "READS"
+                                                          for t in node.targets):
+                    v = node.value
+                    if not (isinstance(v, ast.Tuple) and all(isinstance(e, ast.Constant) and isinstance(e.value, str)
+                                                             for e in v.elts)):
+                        raise EncmapError(f"{path}: READS must be a tuple of file names (string literals) beside it")
+                    mod.reads = tuple(e.value for e in v.elts)
+                    missing = [r for r in mod.reads if not (path.parent / r).is_file()]
+                    if missing:
+                        raise EncmapError(f"{path}: READS names {missing[0]!r}, which is not beside it")
         self._modules[name] = mod
         return mod
 
@@ -174,6 +170,7 @@ class Reach:
                 continue
             if sym == _MODULE:
                 self.files.add(mod.path)
+                self.files |= {mod.path.parent / r for r in mod.reads}
                 parts = name.split(".")
                 todo += [(".".join(parts[:i]), _MODULE) for i in range(1, len(parts))]  # package __init__s
                 todo += self._follow(mod, [n for n in mod.tree.body if not isinstance(
@@ -326,6 +323,25 @@ def stage_code(root: str | Path, stage: str) -> list[str]:
     return sorted(out)
 
 
+def module_files(module: str, symbol: str = _MODULE) -> list[Path]:
+    """The files of the installed encmap package that running ``module.symbol`` can execute or read
+    (the same analysis as a stage's digest), sorted."""
+    import encmap
+
+    src = Path(encmap.__file__).parent.parent
+    reach = Reach(src, src=src)
+    reach.reach(module, symbol)
+    return sorted(reach.files)
+
+
+def code_key(root: str | Path, stage: str) -> str:
+    """sha256 of ``stage``'s digest text (:func:`stage_digest`): what keys results a stage reuses
+    across runs (pair caches), so that any edit to any file it runs invalidates them."""
+    import hashlib
+
+    return hashlib.sha256(stage_digest(root, stage).encode()).hexdigest()
+
+
 def digest_path(stage: str) -> str:
     """The code digest DVC stage ``stage`` depends on (written by the ``code`` stage)."""
     return f"{DIGESTS}/{stage}.sha256"
@@ -352,7 +368,7 @@ def stage_digest(root: str | Path, stage: str) -> str:
 def _replace_changed(base: Path, want: dict[str, str], dry_run: bool = False) -> list[str]:
     """Write each ``want`` file (path relative to ``base`` -> text) whose text differs, atomically;
     the paths that differed (``dry_run``: only listed, nothing written)."""
-    from .io import atomic_write_text
+    from ..io import atomic_write_text
 
     changed = []
     for rel, text in want.items():
@@ -370,13 +386,13 @@ def write_digests(root: str | Path, dry_run: bool = False) -> list[str]:
 
     Each file is replaced atomically and only when its text changes (``dry_run``: none is).
     """
-    want = {digest_path(stage): stage_digest(root, stage) for stage in dvc_stages(root) if stage not in BOOKKEEPING}
+    want = {digest_path(stage): stage_digest(root, stage) for stage in STAGES}
     return [Path(rel).stem for rel in _replace_changed(Path(root), want, dry_run)]
 
 
 def per_model(stage: str) -> bool:
     """Whether ``stage``'s params slice is per model (its params name ``{model}``)."""
-    return any("{model}" in k for k in STAGE_PARAMS[stage])
+    return any("{model}" in k for k in STAGE_PARAMS.get(stage, ()))
 
 
 def slice_path(stage: str, model: str = "${key}") -> str:
@@ -439,144 +455,46 @@ def write_slices(root: str | Path, params: dict, dry_run: bool = False) -> list[
     return changed
 
 
-def is_code(dep: str) -> bool:
-    """Whether a dvc.yaml dependency is workflow code (rules, scripts, the sources, the library stack)."""
-    return dep.startswith(("rules/", "scripts/", "src/")) or dep in NOT_STAGE_CODE or dep == LIBRARY_STACK
-
-
-def _stage_entries(root: str | Path) -> dict[str, dict]:
+def generated_dvc_yaml(root: str | Path) -> str:
+    """``dvc.yaml`` as the registry and ``root/params.yaml`` make it (:func:`encmap.workflow.stages.dvc_yaml`)."""
     import yaml
 
-    p = Path(root) / "dvc.yaml"
-    return {name: (st.get("do") or st) for name, st in yaml.safe_load(p.read_text(encoding="utf-8"))["stages"].items()}
+    from .stages import dvc_yaml
 
-
-def _names(items: list) -> list[str]:
-    """Paths of a dvc.yaml deps / outs list (an entry is a path or a one-key mapping of options)."""
-    return [next(iter(x)) if isinstance(x, dict) else x for x in items]
-
-
-def dvc_stages(root: str | Path) -> dict[str, list[str]]:
-    """Each stage of ``root/dvc.yaml`` with its deps as written (``foreach`` stages by their ``do``)."""
-    return {name: _names(st.get("deps", [])) for name, st in _stage_entries(root).items()}
+    config = yaml.safe_load((Path(root) / "params.yaml").read_text(encoding="utf-8"))
+    return dvc_yaml(config, CODE_ROOTS, SLICER)
 
 
 def check_dvc_yaml(root: str | Path) -> list[str]:
-    """Every way ``dvc.yaml``'s code and params deps differ from the scheme (module docstring).
-
-    Each stage but the bookkeeping ones depends on its code digest and lists no code file
-    itself; a stage of :data:`STAGE_PARAMS` depends on its params slice, and no stage but
-    ``params`` lists ``params:``; the ``code`` stage depends on :data:`CODE_ROOTS` and writes
-    exactly one digest per stage; the ``params`` stage tracks params.yaml whole and writes the
-    slices; every stage's code can be found (:func:`stage_code` raises on an undeclared dynamic
-    import).
+    """Every way ``root/dvc.yaml`` differs from what the registry generates, and every stage whose
+    code cannot be found (:func:`stage_code` raises on an undeclared dynamic import).
 
     Returns
     -------
     list of str
         One line per problem (empty when dvc.yaml is exact).
     """
-    entries = _stage_entries(root)
-    problems = [f"no stage {s!r} (DVC bookkeeping, {where})" for s, where in (
-        (CODE_STAGE, f"writes the code digests {DIGESTS}/<stage>.sha256"),
-        (PARAMS_STAGE, f"writes the params slices under {SLICES}")) if s not in entries]
-    problems += [f"STAGE_PARAMS names {s!r}, which dvc.yaml lacks" for s in STAGE_PARAMS if s not in entries]
-    if problems:
-        return problems
-    for stage, st in entries.items():
-        deps = [d.rstrip("/") for d in _names(st.get("deps", []))]
-        if stage == CODE_STAGE:
-            outs, want = set(_names(st.get("outs", []))), {
-                digest_path(s) for s in entries if s not in BOOKKEEPING}
-            problems += [f"stage {stage}: missing output {d}" for d in sorted(want - outs)]
-            problems += [f"stage {stage}: extra output {d} (no such stage)" for d in sorted(outs - want)]
-            if sorted(deps) != sorted(CODE_ROOTS):
-                problems.append(f"stage {stage}: deps {deps}, expected {list(CODE_ROOTS)}")
-            continue
-        if stage == PARAMS_STAGE:
-            if st.get("params") != [{"params.yaml": None}] or _names(st.get("outs", [])) != [SLICES] or \
-                    deps != [SLICER]:
-                problems.append(f"stage {stage}: expected deps [{SLICER}], params [params.yaml (whole)] and "
-                                f"outs [{SLICES}]")
-            continue
+    import difflib
+
+    for stage in STAGES:
         stage_code(root, stage)
-        problems += [f"stage {stage}: lists code {d} itself (its code is {digest_path(stage)}, which "
-                     f"the {CODE_STAGE} stage writes)" for d in deps if is_code(d)]
-        if digest_path(stage) not in deps:
-            problems.append(f"stage {stage}: missing {digest_path(stage)} (the code it runs)")
-        problems += [f"stage {stage}: extra {d} (another stage's code)" for d in deps
-                     if d.startswith(f"{DIGESTS}/") and d != digest_path(stage)]
-        if "params" in st:
-            problems.append(f"stage {stage}: lists params itself (DVC would parse params.yaml for it; its "
-                            f"params are {slice_path(stage) if stage in STAGE_PARAMS else 'none'})")
-        want = [slice_path(stage)] if stage in STAGE_PARAMS else []
-        got = [d for d in deps if d.startswith(f"{SLICES}/")]
-        if got != want:
-            problems.append(f"stage {stage}: params slice deps {got}, expected {want}")
-    return problems
+    p = Path(root) / "dvc.yaml"
+    have = p.read_text(encoding="utf-8") if p.is_file() else ""
+    want = generated_dvc_yaml(root)
+    if have == want:
+        return []
+    diff = list(difflib.unified_diff(have.splitlines(), want.splitlines(), "dvc.yaml", "generated", lineterm="", n=0))
+    return [f"dvc.yaml is not what the stage registry generates (`encmap deps --write`): {len(diff)} lines differ",
+            *diff[:40]]
 
 
 def write_dvc_yaml(root: str | Path) -> bool:
-    """Rewrite the code deps of every stage in ``root/dvc.yaml`` to the digest scheme, in place.
+    """Write ``root/dvc.yaml`` as the registry generates it; whether it changed."""
+    from ..io import atomic_write_text
 
-    Each stage's code deps become its digest, and its ``params:`` its params slice (both after its
-    other deps); the ``code`` stage's deps become :data:`CODE_ROOTS` and its outs one digest per
-    stage; the ``params`` stage depends on the code that slices. Comments and everything else are
-    kept as written. Returns whether the file changed.
-    """
-    stages = [s for s in _stage_entries(root) if s not in BOOKKEEPING]
     p = Path(root) / "dvc.yaml"
-    lines = p.read_text(encoding="utf-8").splitlines(keepends=True)
-    stage_re = re.compile(r"^  ([A-Za-z0-9_-]+):\s*$")
-    out: list[str] = []
-    stage = None
-    i = 0
-    while i < len(lines):
-        line = lines[i]
-        m = stage_re.match(line)
-        if m:
-            stage = m.group(1)
-        dm = re.match(r"^(\s+)deps:\s*$", line)
-        if dm and stage is not None:
-            out.append(line)
-            i += 1
-            items: list[str] = []
-            indent = None
-            while i < len(lines) and re.match(r"^\s+- ", lines[i]):
-                indent = indent or lines[i][:lines[i].index("-")]
-                items.append(lines[i])
-                i += 1
-            if stage in BOOKKEEPING:
-                out += [f"{indent}- {d}\n" for d in (CODE_ROOTS if stage == CODE_STAGE else (SLICER,))]
-                continue
-            kept = [x for x in items if not is_code(x.strip()[2:].strip().rstrip(":"))
-                    and not x.strip()[2:].strip().startswith((f"{DIGESTS}/", f"{SLICES}/"))]
-            out += kept + [f"{indent}- {digest_path(stage)}\n"]
-            out += [f"{indent}- {slice_path(stage)}\n"] if stage in STAGE_PARAMS else []
-            continue
-        if re.match(r"^\s+params:\s*$", line) and stage != PARAMS_STAGE:  # DVC reads the slice instead
-            i += 1
-            while i < len(lines) and re.match(r"^\s+- ", lines[i]):
-                i += 1
-            continue
-        om = re.match(r"^(\s+)outs:\s*$", line)
-        if om and stage == CODE_STAGE:
-            out.append(line)
-            i += 1
-            indent = None
-            while i < len(lines) and (re.match(r"^\s+- ", lines[i]) or (
-                    indent is not None and lines[i].startswith(indent + "  ") and lines[i].strip())):
-                indent = indent or lines[i][:lines[i].index("-")]
-                i += 1
-            indent = indent or line[:len(line) - len(line.lstrip())] + "  "
-            out += [f"{indent}- {digest_path(s)}\n" for s in stages]
-            continue
-        out.append(line)
-        i += 1
-    text = "".join(out)
-    changed = text != p.read_text(encoding="utf-8")
-    if changed:
-        from .io import atomic_write_text
-
-        atomic_write_text(p, text)
-    return changed
+    text = generated_dvc_yaml(root)
+    if p.is_file() and p.read_text(encoding="utf-8") == text:
+        return False
+    atomic_write_text(p, text)
+    return True

@@ -1,4 +1,4 @@
-"""The offline zoo's own backends: USE, WordLlama, spaCy, Model2Vec distillations, gensim-trained models.
+"""The offline default models' own backends: USE, WordLlama, spaCy, Model2Vec distillations, gensim-trained models.
 
 Each packaged model is checked against the package's own encoder; the models the pipeline makes
 are checked for byte-identical reruns (across processes with different hash seeds) and, for the
@@ -167,7 +167,7 @@ def gensim_spec(name: str) -> dict:
 _RERUN = """
 import hashlib, json, sys
 sys.path.insert(0, {tests!r})
-from test_zoo import TEXTS, GENSIM_SPECS, gensim_spec
+from test_offline_models import TEXTS, GENSIM_SPECS, gensim_spec
 from encmap.encoders.embed import embed_model
 out = {{}}
 for name in GENSIM_SPECS:

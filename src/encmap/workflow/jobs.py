@@ -130,7 +130,7 @@ def snakemake_ancestors(pid: int | None = None) -> list[tuple[int, int]]:
 def guard_script_job(poll_seconds: float = 1.0) -> None:
     """Call first in a ``script:`` job: its writes refuse to replace outputs newer than the job,
     and it exits when a Snakemake above it is gone (killed, or the session ended)."""
-    from .io import set_job_start
+    from ..io import set_job_start
 
     set_job_start(time.time_ns())
     watched = snakemake_ancestors()

@@ -1,37 +1,42 @@
-"""Where the workflow's artifacts live: per-encoder paths and figure names.
+"""Where the workflow's artifacts live: per-encoder paths, the run's files, figure names.
 
 Every per-encoder path follows from params.yaml alone (:func:`encmap.encoders.variants.expand_encoders`),
-so Snakemake knows the whole DAG before any job runs and ``encmap targets`` can name a model's
-files for DVC.
+so Snakemake knows the whole DAG before any job runs and ``encmap stage`` can name a model's files
+for DVC. The stage registry (:mod:`encmap.workflow.stages`) builds every stage's files from these.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from .encoders.variants import expand_encoders
-from .validation import EncmapError
+from ..validation import EncmapError
 
-# Per-encoder artifacts (Snakemake outputs of rules pip and features); one file per encoder
-# inside a directory per model, which is what DVC tracks.
+#: Per-encoder artifacts (Snakemake outputs of rules pip and features): one file per encoder
+#: inside a directory per model, which is what DVC tracks.
 LAYOUT = {
     "pip": "results/pip/{model}/{encoder}.h5",
     "features": "results/features/encoders/{model}/{encoder}.h5",
 }
-
-
+#: Where the sentence set of ``sentences.set`` lives (``{set}``) and the run's other files a
+#: command outside the pipeline reads (``encmap place``).
+SENTENCES = "data/sentences/{set}.txt"
+FEATURE_MATRIX = "results/features/qre.h5"
+MAP_MODEL = "results/map/model.h5"
+REGRESSORS = "results/regression/regressors.h5"
+#: Where ``encmap place`` writes a placed model's files (``{model}``): outside what DVC tracks.
+PLACED = "results/place/{model}"
 #: Heatmaps of the agreement step (``results/similarity/figures/<name>.png|svg``).
 HEATMAPS = ("cka_linear", "cka_rbf", "stitch_r2")
 
 
-def similarity_figures() -> dict[str, str]:
-    """Heatmaps of the agreement step, by Snakemake output name (``png_<name>``, ``svg_<name>``)."""
-    return {f"{ext}_{h}": f"results/similarity/figures/{h}.{ext}" for h in HEATMAPS for ext in ("png", "svg")}
-
-
 def map_figures(fields: list[str]) -> dict[str, str]:
-    """Static figures of the map stage, by Snakemake output name (``png_<field>``, ``svg_<field>``)."""
+    """Static figures of the map stage, by output name (``png_<field>``, ``svg_<field>``)."""
     return {f"{ext}_{f}": f"results/map/figures/map_{f}.{ext}" for f in fields for ext in ("png", "svg")}
+
+
+def similarity_figures() -> dict[str, str]:
+    """Heatmaps of the agreement step, by output name (``png_<name>``, ``svg_<name>``)."""
+    return {f"{ext}_{h}": f"results/similarity/figures/{h}.{ext}" for h in HEATMAPS for ext in ("png", "svg")}
 
 
 def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None = None) -> list[str]:
@@ -39,6 +44,8 @@ def artifact_paths(models: dict[str, dict], stage: str, only: list[str] | None =
 
     ``only``: restrict to these model ids (unknown ids are an error naming them).
     """
+    from ..encoders.variants import expand_encoders
+
     unknown = sorted(set(only or ()) - set(models))
     if unknown:
         raise EncmapError(f"unknown model {unknown[0]!r}; params have {sorted(models)}")

@@ -2,7 +2,8 @@
 
 Every DVC stage's command is ``encmap stage``: it reads which stage it is from ``DVC_STAGE`` (set
 by DVC for every stage command; ``embed@<model>`` for a per-model stage), validates params.yaml,
-and runs that stage's Snakemake targets (:func:`stage_job`) with ``--force`` (DVC has decided
+and runs that stage's Snakemake targets (:func:`encmap.workflow.stages.stage_job`, from the stage
+registry) with ``--force`` (DVC has decided
 they must run), ``--allowed-rules`` its rule and ``--rerun-incomplete`` (a killed run's markers
 never block the next one). No params value is ever put into a shell command: DVC interpolates
 none into ``encmap stage``, and the targets are computed from validated params.
@@ -33,7 +34,8 @@ from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .integrity import UNDER_DVC
-from .validation import EncmapError
+from .stages import StageJob, stage_job
+from ..validation import EncmapError
 
 #: Snakemake's own staleness must add nothing to DVC's decision: of its rerun triggers, only a
 #: changed set of input files (which params already changed for DVC) stays on.
@@ -51,62 +53,6 @@ NO_RUN = ("-n", "--dry-run", "--dryrun", "-t", "--touch", "-S", "--summary", "-D
           "--list-untracked", "--lu", "--delete-all-output", "--delete-temp-output", "--archive", "--containerize",
           "--export-cwl", "--generate-unit-tests", "--print-compilation", "--d3dag", "--debug-dag")
 
-#: The Snakemake targets of the stages that make one output (the rest: per model, below).
-SINGLE_TARGETS = {
-    "tasks": ("data/eval/tasks.json",),
-    "gather": ("results/features/qre.h5",),
-    "pairwise": ("results/similarity/qre_pairwise.h5",),
-    "cka_rbf": ("results/similarity/cka_rbf.h5",),
-    "stitch": ("results/similarity/stitches.json",),
-    "agreement": ("results/similarity/metrics.json",),
-    "map": ("results/map/map.html",),
-    "regress": ("results/regression/metrics.json",),
-}
-#: Per-model stages whose output is one directory per model.
-MODEL_DIRS = {"embed": "results/embeddings/{model}", "evaluate": "results/eval/{model}"}
-
-
-@dataclass(frozen=True)
-class StageJob:
-    """What one DVC stage runs: Snakemake targets of one rule, after an optional prune."""
-
-    stage: str
-    rule: str
-    targets: tuple[str, ...]
-    prune: tuple[str, str] | None = None  # (layout kind, model id): drop files no encoder makes
-
-
-def stage_job(name: str, params: dict, per_model: dict[tuple[str, str], list[str]] | None = None) -> StageJob:
-    """The job of DVC stage ``name`` (``map``, ``embed@<model>``) under validated ``params``.
-
-    Parameters
-    ----------
-    per_model : dict, optional
-        ``(layout kind, model id) -> per-encoder targets`` when the caller has expanded every
-        model's encoders already (:func:`_per_model_targets`); else they are expanded here.
-    """
-    from .layout import LAYOUT, artifact_paths
-
-    stage, _, model = name.partition("@")
-    per = stage in MODEL_DIRS or stage in LAYOUT
-    if per and model not in params["models"]:
-        raise EncmapError(f"stage {name!r}: " + (f"no model {model!r} in params.yaml" if model else
-                                                 f"a per-model stage: name it {stage}@<model>"))
-    if model and not per:
-        raise EncmapError(f"stage {name!r}: {stage!r} is no per-model stage")
-    if stage == "curate":
-        return StageJob(name, stage, (f"data/sentences/{params['sentences']['set']}.txt",))
-    if stage in SINGLE_TARGETS:
-        return StageJob(name, stage, SINGLE_TARGETS[stage])
-    if stage in MODEL_DIRS:
-        return StageJob(name, stage, (MODEL_DIRS[stage].format(model=model),))
-    if stage in LAYOUT:
-        paths = per_model[stage, model] if per_model is not None else artifact_paths(params["models"], stage, [model])
-        return StageJob(name, stage, tuple(paths), (stage, model))
-    raise EncmapError(f"unknown stage {name!r}: stages are curate, tasks, {', '.join(sorted(MODEL_DIRS | dict.fromkeys(LAYOUT)))} "
-                      f"(per model: <stage>@<model>), {', '.join(SINGLE_TARGETS)}")
-
-
 def _prune(root: Path, params: dict, job: StageJob, paths: list[str] | None, log) -> None:
     from .layout import stale_files
 
@@ -121,7 +67,7 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
     argv = [t for j in jobs for t in j.targets] + [*SNAKEMAKE_ARGS, "--allowed-rules",
                                                   *sorted({j.rule for j in jobs}), *extra]
     # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
-    # zoo's scale): Snakemake's own command line is handed over in a file.
+    # catalogue's scale): Snakemake's own command line is handed over in a file.
     (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
         json.dump(argv, f)
@@ -135,7 +81,7 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
 
 def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int:
     """``encmap stage [NAME]``: the command of every DVC stage (``NAME`` default: ``$DVC_STAGE``)."""
-    from .params import load_params
+    from ..params import load_params
 
     root = Path(root).resolve()
     name = name or os.environ.get("DVC_STAGE")
@@ -149,7 +95,7 @@ def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int
 
 def _per_model_targets(models: dict[str, dict]) -> dict[tuple[str, str], list[str]]:
     """``(kind, model) -> targets`` for every per-encoder layout kind, encoders expanded once."""
-    from .encoders.variants import expand_encoders
+    from ..encoders.variants import expand_encoders
     from .layout import LAYOUT
 
     out: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -248,7 +194,7 @@ def _write_locks(repo, stages: list, log) -> None:
     from dvc.stage.serialize import to_lockfile
     from dvc.utils.serialize import dumps_yaml, parse_yaml
 
-    from .io import atomic_write_text
+    from ..io import atomic_write_text
 
     by_lock = defaultdict(list)
     for s in stages:
@@ -355,7 +301,7 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     from dvc.exceptions import DvcException
     from dvc.repo import Repo, lock_repo
 
-    from .params import load_params
+    from ..params import load_params
 
     args = list(snakemake_args or [])
     refused = [a for a in args if a.split("=", 1)[0] in NO_RUN]
