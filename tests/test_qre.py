@@ -9,10 +9,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import ortho_group
 
-from encmap.qre.features import qre_features, qre_to_base
-from encmap.qre.pairwise import pairwise_qre, pairwise_qre_matrix
+from encmap import factor_pip, pairwise_qre, pairwise_qre_matrix, qre_features, qre_to_base  # the public API
 from encmap.qre.reference import dense_pairwise_qre, dense_qre_features, quantum_relative_entropy, von_neumann_entropy
-from encmap.qre.spectrum import factor_pip, spectrum_from_arrays
+from encmap.qre.spectrum import spectrum_from_arrays
 from encmap.validation import EncmapError
 
 

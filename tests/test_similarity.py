@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from scipy.stats import ortho_group
 
-from encmap.similarity.cka import cka, gram_cka, linear_cka, linear_cka_matrix, rbf_gram
+from encmap import cka, linear_cka  # the public API
+from encmap.similarity.cka import gram_cka, linear_cka_matrix, rbf_gram
 from encmap.validation import EncmapError
 
 
