@@ -126,9 +126,9 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     # (encmap.workflow.jobs) and U as the stored artifact gives it back: a twin lands at distance 0.
     with threadpool_limits(1, user_api="blas"):
         for v in res.variants:
-            spec, E = encoder_pip(res.arrays[v.id], tol=float(pattrs["tol"]), center=bool(pattrs["center"]),
-                                  normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
-            s = as_stored(spec, E)
+            factored, E = encoder_pip(res.arrays[v.id], tol=float(pattrs["tol"]), center=bool(pattrs["center"]),
+                                      normalize_rows=bool(pattrs["normalize_rows"]), name=f"encoder {v.id!r}")
+            s = as_stored(factored, E)
             f = encoder_features(s, direction=direction, eps=eps)
             ids.append(v.id)
             feats.append(f["features"])
