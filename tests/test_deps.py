@@ -379,3 +379,14 @@ def test_the_params_validation_marker_is_keyed_by_what_validation_runs():
     got = {f.relative_to(Path(encmap.__file__).parent).as_posix() for f in module_files("encmap.params", "validate_params")}
     assert {"params.py", "validation.py", "encoders/variants.py", "similarity/stitch.py"} <= got
     assert "qre/features.py" not in got  # and not the science it never runs
+
+
+def test_a_new_public_api_name_reruns_no_stage(tree):
+    """The API's table (encmap.api) is resolved lazily from encmap.__getattr__, which no job
+    calls: adding a name to it changes no stage's code digest (a thousand-model map reruns nothing)."""
+    before = digests(tree)
+    api = tree / "src/encmap/api.py"
+    api.write_text(api.read_text().replace('    "EncmapError": "encmap.validation",\n',
+                                           '    "EncmapError": "encmap.validation",\n    "rbf_gram": "encmap.similarity.cka",\n'))
+    assert digests(tree) == before
+    assert not any("src/encmap/api.py" in stage_code(tree, s) for s in STAGES)

@@ -11,7 +11,8 @@ from the rule's ``run:`` block and the script:
   the module's own helpers it calls) is followed in turn, and nothing else of the module is;
 - a class is followed whole (all its methods); importing a module object (``import encmap.x``,
   ``from encmap import x``) follows all of it;
-- every package whose module is executed runs its ``__init__.py`` (kept docstring-only);
+- every package whose module is executed runs its ``__init__.py`` (kept to a docstring, or for
+  ``encmap`` its version and a lazy ``__getattr__`` whose body no job reaches);
 - a function that imports modules by name (``importlib.import_module(<expression>)``) must sit in
   a module that declares the package it loads from in a module-level ``LOADS_BY_NAME``; every
   module of that package is reached and the stage depends on the package's directory. An
