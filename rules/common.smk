@@ -3,7 +3,8 @@
 # decide which jobs exist; what a job writes is decided by its script and step module.
 from pathlib import Path
 
-from encmap.encoders.embed import job_threads
+from encmap.device import set_gpu_limit
+from encmap.encoders.embed import gpu_request, job_threads
 from encmap.encoders.variants import science_spec
 from encmap.params import check_snakemake_config
 from encmap.validation import check_writable
@@ -22,6 +23,11 @@ replace_stale_backups()
 check_snakemake_config(config, workflow.configfiles)
 # An artifact folder made read-only or immutable: named now, not in a traceback mid-run.
 check_writable(workflow.basedir)
+
+# The GPUs found (ENCMAP_GPUS, CUDA_VISIBLE_DEVICES or the driver's list) are the `gpu` resource
+# limit unless --resources gives one: never more GPU jobs at once than cards, each on its own
+# (encmap.device.job_device). No CUDA GPU: no limit, as before.
+set_gpu_limit(workflow)
 
 MODELS = sorted(config["models"])
 # Rules with `run:` (embed, pip, features, gather) run their scripts/ adapter in Snakemake's own

@@ -16,7 +16,7 @@ rule embed:
     log:
         "logs/embed/{model}.log",
     resources:
-        gpu=lambda wc: int(config["models"][wc.model]["backend"] in ("sentence-transformers", "transformers")),
+        gpu=lambda wc: gpu_request(config["models"][wc.model], config["embed"]["device"]),  # a card of its own; 0 on the CPU
     run:
         from encmap.workflow.jobs import in_process
 

@@ -16,6 +16,6 @@ rule evaluate:
     log:
         "logs/evaluate/{model}.log",
     resources:
-        gpu=lambda wc: int(config["models"][wc.model]["backend"] in ("sentence-transformers", "transformers")),
+        gpu=lambda wc: gpu_request(config["models"][wc.model], config["evaluate"]["device"]),  # a card of its own; 0 on the CPU
     script:
         "../scripts/evaluate.py"

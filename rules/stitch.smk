@@ -15,6 +15,7 @@ rule stitch:
     log:
         "logs/stitch.log",
     resources:
-        gpu=int(bool(config["similarity"]["stitch"]["mlp_depths"])),  # MLP stitches train on a GPU if there is one
+        # MLP stitches train on a GPU of their own if there is one (none asked for on the CPU or mps)
+        gpu=int(bool(config["similarity"]["stitch"]["mlp_depths"]) and config["similarity"]["stitch"]["device"] not in ("cpu", "mps")),
     script:
         "../scripts/stitch.py"

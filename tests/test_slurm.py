@@ -39,6 +39,8 @@ def small_params(tmp_path: Path, tiny_bert: Path) -> dict:
     # Three models: the regression's grouped CV needs three groups. lsa: one encoder.
     params["models"] = {"tiny-st": st, "gauss": params["models"]["gauss"],
                         "lsa": params["models"]["lsa"] | {"dims": [8]}}
+    # Jobs that may run on a GPU ask SLURM for one (device auto; on this node's fake GPU they run on the CPU).
+    params["embed"]["device"] = params["evaluate"]["device"] = params["similarity"]["stitch"]["device"] = "auto"
     # 5 encoders on the map: perplexity <= (5 - 1)/3, trustworthiness needs k < m/2.
     params["map"] |= {"perplexity": 1, "neighbours": 2, "trustworthiness_k": 1}
     return params

@@ -125,3 +125,14 @@ def test_constant_target_dimensions_are_left_out_of_r2():
     got = scores(dead, np.column_stack([P, np.full(50, 0.05)]), k=3)
     assert got["constant_dims"] == 1
     assert got["r2"] == pytest.approx(r2_score(Y, P))
+
+
+def test_an_mlp_that_never_has_a_finite_validation_loss_is_a_clear_error():
+    """Every validation loss infinite (embeddings at 1e160: the squared error overflows): an error
+    that says training diverged and what to change, not load_state_dict(None)'s traceback."""
+    from encmap.similarity.stitch import fit_mlp
+
+    rng = np.random.default_rng(0)
+    X, Y = rng.normal(size=(40, 3)) * 1e160, rng.normal(size=(40, 2)) * 1e160
+    with pytest.raises(EncmapError, match=r"validation loss was never finite.*diverged.*mlp\.lr"):
+        fit_mlp(X[:30], Y[:30], X[30:], Y[30:], depth=1, max_epochs=3, patience=2)

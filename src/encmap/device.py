@@ -1,10 +1,56 @@
-"""Choice of the torch device: cuda > mps > cpu unless the user names one."""
+"""Choice of the torch device, and one GPU per job on a machine with several.
+
+``resolve_device``: cuda > mps > cpu unless the user names one.
+
+On a CUDA machine with several GPUs, every job that runs on a GPU gets one of its own:
+
+- :func:`gpu_count` is how many GPUs the workflow may keep busy (``ENCMAP_GPUS``, else the
+  entries of ``CUDA_VISIBLE_DEVICES``, else the GPUs the driver lists), found without importing
+  torch; the Snakefile makes it the ``gpu`` resource limit, so Snakemake never starts more GPU
+  jobs at once than there are GPUs (``--resources gpu=N`` overrides it).
+- :func:`job_device` hands a job a free GPU (``cuda:i``), held by an exclusive ``flock`` on a
+  lock file named after the card for as long as the job runs, and makes it the calling thread's
+  current CUDA device (CUDA's current device is per host thread, so in-process jobs running in
+  Snakemake's threads each get their own). A lock file is released by the kernel when its
+  holder exits, however it exits: a killed job never leaves a GPU taken. The same locks keep
+  two Snakemake runs on one machine (``dvc --wait-for-lock repro -s`` in parallel, two users'
+  shells) off each other's cards.
+- A model whose weights alone do not fit a card's memory is refused before it is loaded, naming
+  the model, its parameters and dtype, and the card.
+
+``mps`` and CPU-only machines are unchanged: one device, no locks, no limit.
+"""
 
 from __future__ import annotations
 
-import torch
+import errno
+import fcntl
+import logging
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
 
 from .validation import EncmapError
+
+log = logging.getLogger("encmap")
+
+#: Environment variable: how many GPUs encmap's jobs may use (an integer ≥ 0); overrides detection.
+GPUS_ENV = "ENCMAP_GPUS"
+#: Environment variable: the folder of the per-GPU lock files (default: a per-user folder in the
+#: system's temporary directory, shared by every encmap process of that user on the machine).
+LOCK_DIR_ENV = "ENCMAP_GPU_LOCK_DIR"
+#: How often a job that finds every GPU taken (by another run) looks again, in seconds.
+POLL_SECONDS = 2.0
+#: Memory a card must keep beyond a model's weights (activations, the CUDA context, workspace):
+#: a model is refused when its weights exceed this fraction of the card's memory.
+WEIGHT_FRACTION = 0.9
 
 
 def resolve_device(requested: str = "auto") -> str:
@@ -14,6 +60,8 @@ def resolve_device(requested: str = "auto") -> str:
     ----------
     requested : {"auto", "cuda", "mps", "cpu"} or a torch device string such as "cuda:1"
     """
+    import torch
+
     if requested == "auto":
         if torch.cuda.is_available():
             return "cuda"
@@ -26,3 +74,213 @@ def resolve_device(requested: str = "auto") -> str:
     if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise EncmapError("embed.device is 'mps' but MPS is not available")
     return requested
+
+
+def _visible_entries(value: str) -> int:
+    """GPUs a ``CUDA_VISIBLE_DEVICES`` value makes visible: CUDA reads entries up to the first invalid
+    one (``-1`` or an empty value hides every GPU)."""
+    count = 0
+    for entry in value.split(","):
+        entry = entry.strip()
+        if not entry or entry.startswith("-") or not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", entry):
+            break
+        count += 1
+    return count
+
+
+def _driver_gpus() -> int:
+    """GPUs the NVIDIA driver lists on this machine (0 without one), without importing torch."""
+    if "torch" in sys.modules:  # already paid for: ask it (it honours CUDA_VISIBLE_DEVICES itself)
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    proc = Path("/proc/driver/nvidia/gpus")
+    if proc.is_dir():
+        return sum(1 for _ in proc.iterdir())
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return 0
+    return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
+
+
+def gpu_count(environ: dict | None = None, driver_gpus: Callable[[], int] = _driver_gpus) -> int:
+    """How many GPUs encmap's jobs may keep busy on this machine (0: none, or no CUDA).
+
+    ``ENCMAP_GPUS`` if set (the user keeps some cards for other work, or a test simulates a
+    count), else the GPUs the driver lists, capped by the entries of ``CUDA_VISIBLE_DEVICES``
+    when that is set (SLURM sets it to a job's allocation).
+    """
+    env = os.environ if environ is None else environ
+    if env.get(GPUS_ENV, "").strip():
+        raw = env[GPUS_ENV].strip()
+        if not raw.isdigit():
+            raise EncmapError(f"{GPUS_ENV}={raw!r}: expected a number of GPUs (0, 1, 2, ...)")
+        return int(raw)
+    found = driver_gpus()
+    if "CUDA_VISIBLE_DEVICES" in env:
+        found = min(found, _visible_entries(env["CUDA_VISIBLE_DEVICES"]))
+    return found
+
+
+def set_gpu_limit(workflow, environ: dict | None = None) -> int | None:
+    """Make the number of GPUs (:func:`gpu_count`) Snakemake's ``gpu`` resource limit, unless the
+    user gave one (``--resources gpu=N``, or a profile's ``resources``). Returns the limit set, or
+    None when none is set (no CUDA GPU: CPU-only and mps machines are unchanged)."""
+    if "gpu" in workflow.global_resources:
+        return None
+    n = gpu_count(environ)
+    if n <= 0:
+        return None
+    workflow.global_resources["gpu"] = n
+    return n
+
+
+def lock_dir(environ: dict | None = None) -> Path:
+    """The folder of the per-GPU lock files (:data:`LOCK_DIR_ENV`, else per user under the temp dir)."""
+    env = os.environ if environ is None else environ
+    if env.get(LOCK_DIR_ENV):
+        path = Path(env[LOCK_DIR_ENV])
+    else:
+        path = Path(tempfile.gettempdir()) / f"encmap-gpus-{os.getuid()}"
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return path
+
+
+def _card_key(index: int) -> str:
+    """A name for card ``index`` (as this process numbers them) that every process on the machine
+    shares: its UUID, since under ``CUDA_VISIBLE_DEVICES`` (SLURM) two processes may both call
+    different cards ``cuda:0``."""
+    import torch
+
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None else f"index-{index}"
+
+
+def _cuda_memory(index: int) -> tuple[int, int]:
+    """(free, total) bytes of card ``index``."""
+    import torch
+
+    return torch.cuda.mem_get_info(index)
+
+
+def _try_lock(path: Path) -> int | None:
+    """An fd holding an exclusive flock on ``path``, or None if another holder has it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.1f} GiB"
+
+
+@contextmanager
+def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job",
+             keys: Callable[[int], str] = lambda i: f"index-{i}",
+             memory: Callable[[int], tuple[int, int]] | None = None,
+             directory: Path | None = None, poll: float = POLL_SECONDS,
+             only: int | None = None) -> Iterator[int]:
+    """Hold a free GPU among ``count`` for the body of the ``with``; yields its index.
+
+    The logic of :func:`job_device` without CUDA (tests drive it with simulated cards).
+
+    Parameters
+    ----------
+    count : int
+        Cards 0..count-1.
+    need_bytes : int, optional
+        Bytes the job's model weights take: a card whose total memory is below
+        ``need_bytes / WEIGHT_FRACTION`` is never chosen, one whose free memory is below it is
+        passed over while it is short. No card could ever hold it: :class:`EncmapError` at once.
+    what : str
+        The job, for messages ("model 'e5-mistral'").
+    keys : callable
+        Card index -> lock file name, shared by every process on the machine.
+    memory : callable, optional
+        Card index -> (free, total) bytes; needed with ``need_bytes``.
+    only : int, optional
+        The user named this card (``cuda:k``): wait for it alone.
+    """
+    folder = lock_dir() if directory is None else directory
+    cards = [only] if only is not None else list(range(count))
+    need = None if need_bytes is None else need_bytes / WEIGHT_FRACTION
+    if need is not None:
+        totals = {i: memory(i)[1] for i in cards}
+        if all(t < need for t in totals.values()):
+            best = max(cards, key=lambda i: totals[i])
+            raise EncmapError(
+                f"{what}: its weights alone need {_gib(need_bytes)}, more than {WEIGHT_FRACTION:.0%} of the "
+                f"largest card's {_gib(totals[best])} (cuda:{best}); not loaded. Use a lower dtype "
+                "(bfloat16 halves float32's weights), a card with more memory, or leave it out")
+        cards = [i for i in cards if totals[i] >= need]
+    waited_since, said = time.monotonic(), 0.0
+    while True:
+        short = []
+        for i in cards:
+            fd = _try_lock(folder / f"{keys(i)}.lock")
+            if fd is None:
+                continue
+            if need is not None:
+                free = memory(i)[0]
+                if free < need:  # another program holds this card's memory now
+                    short.append((i, free))
+                    os.close(fd)
+                    continue
+            try:
+                yield i
+            finally:
+                os.close(fd)  # releases the flock
+            return
+        waited = time.monotonic() - waited_since
+        if waited - said >= 60 or not said:
+            said = max(waited, 1e-9)
+            held = "every card is held by another encmap job" if not short else (
+                "the free cards lack memory now: " + ", ".join(f"cuda:{i} {_gib(f)} free" for i, f in short))
+            log.warning("%s: waiting for a GPU (%s; %s needed)", what, held,
+                        _gib(need_bytes) if need_bytes else "one card")
+        time.sleep(poll)
+
+
+_thread_device = threading.local()
+
+
+def current_job_device() -> str | None:
+    """The device :func:`job_device` gave the calling thread's job, or None outside one."""
+    return getattr(_thread_device, "device", None)
+
+
+@contextmanager
+def job_device(requested: str, *, gpu: bool, need_bytes: Callable[[], int | None] | None = None,
+               what: str = "this job") -> Iterator[str]:
+    """The device one job runs on, held for the body of the ``with``.
+
+    ``requested`` is resolved (:func:`resolve_device`); a job that runs on a GPU (``gpu``) and
+    resolves to CUDA gets a card of its own (:func:`gpu_slot`), made the calling thread's current
+    device, and yields ``"cuda:i"``. ``need_bytes`` (called only then) gives its weights' bytes
+    for the check that the model fits a card. Any other job yields the resolved device as it is.
+    """
+    dev = resolve_device(requested)
+    if not (gpu and dev.startswith("cuda")):
+        yield dev
+        return
+    import torch
+
+    only = int(dev.split(":", 1)[1]) if ":" in dev else None
+    weights = need_bytes() if need_bytes is not None else None
+    with gpu_slot(torch.cuda.device_count(), need_bytes=weights, what=what, keys=_card_key,
+                  memory=_cuda_memory, only=only) as i:
+        previous = torch.cuda.current_device()
+        torch.cuda.set_device(i)  # this thread's current device: library code that says "cuda" lands here
+        _thread_device.device = f"cuda:{i}"
+        try:
+            yield f"cuda:{i}"
+        finally:
+            _thread_device.device = None
+            torch.cuda.set_device(previous)

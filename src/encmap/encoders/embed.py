@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+from contextlib import contextmanager
+from typing import Iterator
 
 from ..validation import EncmapError, check_embeddings, degenerate_reason
 from .result import EmbeddingResult
@@ -41,6 +43,11 @@ BACKENDS = {
 #: Backends that run on an accelerator; the others compute on the CPU whatever the device says.
 DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
 
+#: Backends whose jobs hold a GPU of their own on a CUDA machine (Snakemake's ``gpu`` resource,
+#: :func:`encmap.device.job_device`): torch models. ONNX Runtime's CUDA provider is optional and
+#: picks its own card, so ``onnx`` jobs take none.
+GPU_BACKENDS = ("sentence-transformers", "transformers")
+
 #: Backends whose pass runs on one core (a NumPy or Cython loop, one gensim worker): their embed
 #: and evaluate jobs reserve one core, so that two of them run side by side.
 ONE_CORE_BACKENDS = ("use", "wordllama", "spacy", "gensim", "model2vec", "control")
@@ -62,6 +69,29 @@ def model_device(spec: dict, requested: str) -> str:
     from ..device import resolve_device
 
     return resolve_device(requested)
+
+
+def gpu_request(spec: dict, requested: str) -> int:
+    """The ``gpu`` resource an embed or evaluate job of this model declares: 1 when it runs on a
+    GPU (a torch backend, and ``requested`` is not ``cpu`` or ``mps``), else 0, so that jobs that
+    never touch a GPU do not wait for one."""
+    return int(spec["backend"] in GPU_BACKENDS and requested not in ("cpu", "mps"))
+
+
+@contextmanager
+def model_job_device(model: str, spec: dict, requested: str) -> Iterator[str]:
+    """The device one model's job runs on, held while the job runs: a GPU of its own for
+    :data:`GPU_BACKENDS` on a CUDA machine (refused before loading if its weights cannot fit a
+    card), else :func:`model_device`."""
+    if spec["backend"] not in GPU_BACKENDS:
+        yield model_device(spec, requested)
+        return
+    from ..device import job_device
+    from .backends.transformer import weight_bytes
+
+    with job_device(requested, gpu=True, need_bytes=lambda: weight_bytes(model, spec),
+                    what=f"model {model!r} ({spec['dtype']})") as dev:
+        yield dev
 
 
 def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,

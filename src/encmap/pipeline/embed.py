@@ -8,7 +8,7 @@ import numpy as np
 
 from .. import __version__
 from ..artifacts.failures import run_model, write_failure
-from ..encoders.embed import embed_model, model_device
+from ..encoders.embed import embed_model, model_job_device
 from ..encoders.result import library_versions
 from ..encoders.variants import model_variants
 from ..io import read_curated, swap_dir, write_h5
@@ -25,9 +25,14 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     record (``skip``, :mod:`encmap.artifacts.failures`); then no encoder id is returned.
     """
     texts, sha = read_curated(sentences_path, n)  # a bad sentence set is never one model's failure
-    dev = model_device(spec, device)
-    res = run_model(model, "embed", on_error,
-                    lambda: embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate))
+    used = []
+
+    def work():
+        with model_job_device(model, spec, device) as dev:  # a GPU of its own on a CUDA machine
+            used.append(dev)
+            return embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
+
+    res = run_model(model, "embed", on_error, work)
     if isinstance(res, str):
         write_failure(outdir, model, "embed", res, {v.id: v.to_dict() for v in model_variants(model, spec)},
                       sha, len(texts))
@@ -46,7 +51,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
                 "n": len(texts),
                 "libraries": libraries,
                 "encmap_version": __version__,
-                "device_kind": dev.split(":")[0],
+                "device_kind": used[0].split(":")[0],
             })
 
     swap_dir(Path(outdir), write)

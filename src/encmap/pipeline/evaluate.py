@@ -12,7 +12,7 @@ from .. import __version__
 from ..artifacts.failures import run_model, write_failure
 from ..artifacts.tasks import read_tasks, task_texts
 from ..downstream.metrics import score_tasks
-from ..encoders.embed import embed_model, model_device
+from ..encoders.embed import embed_model, model_job_device
 from ..encoders.variants import model_variants
 from ..io import file_sha256, read_curated, rounded, swap_dir
 from ..parallel import map_single_threaded
@@ -42,19 +42,19 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     tasks = built["tasks"]
     texts = sorted({t for task in tasks.values() for t in task_texts(task)})
     rows = {t: i for i, t in enumerate(texts)}
-    dev = model_device(spec, device)
-
-    def embed(some: list[str]):
-        return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
-
     def score():
-        res = embed(texts)
-        online = {}
-        if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
-            from ..downstream.mteb_tasks import mteb_tasks, run_mteb
+        # The model's GPU (its own, on a CUDA machine) is held for its passes only, not its classifiers.
+        with model_job_device(model, spec, device) as dev:
+            def embed(some: list[str]):
+                return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
 
-            online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
-                              lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
+            res = embed(texts)
+            online = {}
+            if evaluate["mteb"]["tasks"]:  # online: MTEB tasks by name, every variant from shared passes
+                from ..downstream.mteb_tasks import mteb_tasks, run_mteb
+
+                online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
+                                  lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
         # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
         return res, online, map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
                                                         random_state=evaluate["seed"]),

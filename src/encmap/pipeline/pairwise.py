@@ -44,12 +44,18 @@ def pairwise_step(features: str, pip_files: list[str], out_qre: str, out_cka: st
     ``code``: the hash of the stage's code digest (its rule passes it): part of the key under
     which stored pairs are reused, so an edit to any file the stage runs recomputes them.
     """
-    dev = "cpu"
-    if device != "cpu":
-        from ..device import resolve_device
+    args = (features, pip_files, out_qre, out_cka, timing)
+    kw = dict(eps=eps, block_columns=block_columns, threads=threads, memory_bytes=memory_bytes, code=code)
+    if device == "cpu":  # no torch import
+        return _pairwise(*args, dev="cpu", **kw)
+    from ..device import job_device
 
-        dev = resolve_device(device)
+    with job_device(device, gpu=True, what="pairwise") as dev:  # a GPU of its own on a CUDA machine
+        return _pairwise(*args, dev=dev, **kw)
 
+
+def _pairwise(features: str, pip_files: list[str], out_qre: str, out_cka: str, timing: str, *, eps: float,
+              dev: str, block_columns: int, threads: int | None, memory_bytes: float | None, code: str) -> None:
     fm = read_feature_matrix(features)
     sha, ids = fm["attrs"]["sentences_sha256"], fm["ids"]
     by_id = {Path(f).stem: f for f in pip_files}

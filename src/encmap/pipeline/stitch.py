@@ -20,11 +20,12 @@ from ..artifacts.embeddings import read_embeddings
 from ..artifacts.features import read_feature_matrix
 from ..artifacts.paircache import code_key
 from ..artifacts.stitches import stitch_label
-from ..device import resolve_device
+from ..device import job_device
 from ..io import atomic_write_json, atomic_write_text, csv_table
 from ..sampling import sample_rows
 from ..similarity.stitch import COLUMNWISE, fit_predict, judged, split_rows
 from ..similarity.subset import select_group, subset_pairs
+from ..validation import EncmapError
 
 
 def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subset: dict[str, Any],
@@ -43,7 +44,9 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subs
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
-    table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads, code)
+    # MLP stitches train on a GPU of their own on a CUDA machine; linear ones run on the CPU.
+    with job_device(stitch["device"], gpu=bool(stitch["mlp_depths"]), what="stitch") as dev:
+        table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads, code, dev)
     seconds = time.perf_counter() - t0
     atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")}
                       | {"rows": table, "checksum": rows_checksum(table, info["key"])})
@@ -82,13 +85,13 @@ def rows_checksum(rows: list[dict] | None, key: str) -> str:
 
 
 def _stitch_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pairs: list[tuple[str, str]],
-                  records: list[dict], st: dict, stored: str, threads: int | None, code: str) -> tuple[list[dict], dict]:
+                  records: list[dict], st: dict, stored: str, threads: int | None, code: str,
+                  dev: str) -> tuple[list[dict], dict]:
     """Every stitch of every ordered pair (reusing stored rows of unchanged pairs), in pair order.
 
     Returns the table rows and ``info`` (key, params, sample and split sizes, pairs computed,
     device, fits and seconds per method).
     """
-    dev = resolve_device(st["device"])
     key = code_key(code, st | {"device_kind": dev.split(":")[0]})
     fp = dict(zip(ids, fps))
     old = _previous_stitches(stored, key)
@@ -111,8 +114,11 @@ def _stitch_pairs(X: dict[str, np.ndarray], ids: list[str], fps: list[str], pair
         t = time.perf_counter()
         Y = np.hstack([X[b][srows] for b in targets])
         with threadpool_limits(threads):
-            P, extra = fit_predict(X[a][srows], Y, method, split, depth=depth or 0, alphas=st["ridge_alphas"],
-                                   random_state=st["seed"], device=dev, mlp=st["mlp"])
+            try:
+                P, extra = fit_predict(X[a][srows], Y, method, split, depth=depth or 0, alphas=st["ridge_alphas"],
+                                       random_state=st["seed"], device=dev, mlp=st["mlp"])
+            except EncmapError as e:
+                raise EncmapError(f"stitch {a} -> {', '.join(targets)} ({stitch_label(method, depth)}): {e}") from None
             cut = np.cumsum([0] + [X[b].shape[1] for b in targets])
             for b, lo, hi in zip(targets, cut[:-1], cut[1:]):
                 part = {"coef": extra["coef"][:, lo:hi]} if method == "affine" else {}

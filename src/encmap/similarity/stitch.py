@@ -120,6 +120,10 @@ def fit_mlp(X: np.ndarray, Y: np.ndarray, Xv: np.ndarray, Yv: np.ndarray, *, dep
             stale += 1
             if stale >= patience:
                 break
+    if best_state is None:  # every validation loss NaN or infinite: training diverged from the start
+        raise EncmapError(f"MLP stitch (depth {depth}, lr {lr}, {dtype}): the validation loss was never finite "
+                          f"(last {v}): training diverged; lower mlp.lr, use dtype float64, or check the "
+                          "embeddings' scale")
     net.load_state_dict(best_state)
 
     def predict(A: np.ndarray) -> np.ndarray:

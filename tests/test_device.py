@@ -1,0 +1,216 @@
+"""One GPU per job on a box with several: the count, Snakemake's limit, the assignment (simulated
+cards: the logic needs no GPU), the check that a model fits a card, and the forward pass's one
+host copy per batch."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from support.project import SMALL_MAP, make_project, run, tiny_params
+
+from encmap.device import GPUS_ENV, gpu_count, gpu_slot, set_gpu_limit
+from encmap.validation import EncmapError
+
+GIB = 2**30
+
+
+@pytest.mark.parametrize("env, driver, expected", [
+    ({}, 8, 8),                                         # what the driver lists
+    ({}, 0, 0),                                         # a CPU-only machine
+    ({"CUDA_VISIBLE_DEVICES": "0,1"}, 8, 2),            # SLURM's allocation, or the user's choice
+    ({"CUDA_VISIBLE_DEVICES": "3"}, 8, 1),
+    ({"CUDA_VISIBLE_DEVICES": ""}, 8, 0),               # hides every card
+    ({"CUDA_VISIBLE_DEVICES": "-1"}, 8, 0),
+    ({"CUDA_VISIBLE_DEVICES": "0,-1,2"}, 8, 1),         # CUDA stops at the first invalid entry
+    ({"CUDA_VISIBLE_DEVICES": "GPU-8f6c1a2e-0c4d-4e1b-9d7a-1f0e2b3c4d5e,1"}, 8, 2),
+    ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 2, 2),        # more entries than cards
+    ({GPUS_ENV: "3"}, 8, 3),                            # the user keeps five for other work
+    ({GPUS_ENV: "2", "CUDA_VISIBLE_DEVICES": "0"}, 0, 2),  # the override wins (tests simulate cards so)
+])
+def test_gpu_count(env, driver, expected):
+    assert gpu_count(env, driver_gpus=lambda: driver) == expected
+
+
+def test_gpu_count_refuses_a_bad_override():
+    with pytest.raises(EncmapError, match=r"ENCMAP_GPUS='two'.*number of GPUs"):
+        gpu_count({GPUS_ENV: "two"}, driver_gpus=lambda: 0)
+
+
+def test_the_count_is_snakemakes_limit_unless_the_user_gave_one():
+    from snakemake.resources import Resources
+
+    wf = SimpleNamespace(global_resources=Resources())
+    assert set_gpu_limit(wf, {GPUS_ENV: "4"}) == 4
+    assert wf.global_resources["gpu"].value == 4
+    given = Resources.from_mapping({"gpu": 1})
+    wf = SimpleNamespace(global_resources=given)
+    assert set_gpu_limit(wf, {GPUS_ENV: "4"}) is None and given["gpu"].value == 1  # --resources gpu=1 wins
+    wf = SimpleNamespace(global_resources=Resources())
+    assert set_gpu_limit(wf, {GPUS_ENV: "0"}) is None and "gpu" not in wf.global_resources  # CPU: no limit
+
+
+def test_threads_each_get_a_card_of_their_own_and_every_card_is_used(tmp_path):
+    """12 jobs on 3 simulated cards from 6 threads: never two jobs on one card at once, all cards busy."""
+    held: list[tuple[int, float, float]] = []
+    lock = threading.Lock()
+
+    def job():
+        with gpu_slot(3, directory=tmp_path, poll=0.01) as card:
+            t0 = time.monotonic()
+            time.sleep(0.05)
+            with lock:
+                held.append((card, t0, time.monotonic()))
+
+    threads = [threading.Thread(target=lambda: [job() for _ in range(2)]) for _ in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(held) == 12 and {c for c, *_ in held} == {0, 1, 2}
+    for card in range(3):
+        spans = sorted((a, b) for c, a, b in held if c == card)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(spans, spans[1:])), f"card {card} held twice at once"
+
+
+HOLD = """
+import sys, time
+from pathlib import Path
+from encmap.device import gpu_slot
+with gpu_slot(2, directory=Path(sys.argv[1])) as card:
+    print(card, flush=True)
+    time.sleep(60)
+"""
+
+
+def test_another_process_holds_its_card_until_it_dies(tmp_path):
+    """Two Snakemake runs on one machine share the cards through the lock files; a killed holder frees
+    its card (the kernel drops its flock), with no stale lock left behind."""
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(tmp_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "0"
+        with gpu_slot(2, directory=tmp_path, poll=0.01) as card:
+            assert card == 1
+        os.kill(holder.pid, signal.SIGKILL)
+        holder.wait()
+        with gpu_slot(2, directory=tmp_path, poll=0.01) as card:
+            assert card == 0
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_named_card_is_waited_for(tmp_path):
+    order = []
+    with gpu_slot(2, directory=tmp_path, only=1) as card:
+        assert card == 1
+
+        def other():
+            with gpu_slot(2, directory=tmp_path, only=1, poll=0.01):
+                order.append("other")
+
+        t = threading.Thread(target=other)
+        t.start()
+        time.sleep(0.1)
+        order.append("first done")
+    t.join()
+    assert order == ["first done", "other"]
+
+
+def test_a_model_that_fits_no_card_is_refused_before_it_loads(tmp_path):
+    cards = {0: (10 * GIB, 16 * GIB), 1: (70 * GIB, 80 * GIB)}
+    with pytest.raises(EncmapError) as e:
+        with gpu_slot(2, need_bytes=int(75 * GIB), what="model 'big-decoder' (float32)",
+                      memory=cards.__getitem__, directory=tmp_path):
+            pytest.fail("entered")
+    msg = str(e.value)
+    assert "model 'big-decoder' (float32)" in msg and "75.0 GiB" in msg and "80.0 GiB (cuda:1)" in msg
+    assert "not loaded" in msg and "bfloat16" in msg
+    # A model that fits only the large card gets it, though card 0 is free and first.
+    with gpu_slot(2, need_bytes=int(30 * GIB), memory=cards.__getitem__, directory=tmp_path) as card:
+        assert card == 1
+
+
+def test_a_card_short_of_free_memory_is_passed_over(tmp_path):
+    free = {0: 1 * GIB, 1: 40 * GIB}
+    with gpu_slot(2, need_bytes=8 * GIB, memory=lambda i: (free[i], 80 * GIB), directory=tmp_path) as card:
+        assert card == 1
+
+
+def test_weight_bytes_counts_parameters_in_the_params_dtype(tiny_bert):
+    """On torch's meta device: no weights read, nothing allocated; float16 is half of float32."""
+    import torch
+    from transformers import BertModel
+
+    from encmap.encoders.backends.transformer import weight_bytes
+
+    spec = {"source": f"path:{tiny_bert}", "revision": None, "dtype": "float32"}
+    n = sum(p.numel() for p in BertModel.from_pretrained(tiny_bert).parameters())
+    state = torch.random.get_rng_state()
+    assert weight_bytes("tiny", spec) == 4 * n
+    assert weight_bytes("tiny", spec | {"dtype": "bfloat16"}) == 2 * n
+    assert torch.equal(state, torch.random.get_rng_state())  # the process's random state untouched
+    assert weight_bytes("tiny", spec | {"source": "path:/nonexistent"}) is None
+
+
+def test_one_host_copy_per_batch_gives_the_same_arrays_as_one_per_variant(tiny_bert):
+    """Every layer x pooling variant equals its own pooling of a plain forward pass, bit for bit."""
+    import torch
+    from transformers import AutoTokenizer, BertModel
+
+    from encmap.encoders.backends import transformer
+    from encmap.encoders.pooling import pool
+
+    spec = {"backend": "transformers", "source": f"path:{tiny_bert}", "revision": None, "layers": "all",
+            "num_layers": 2, "pooling": ["mean", "cls", "max"], "init": "pretrained", "max_seq_length": 64,
+            "batch_size": 4, "prompt": "", "seed": 0, "dtype": "float32", "output": False, "dims": []}
+    texts = ["the city by the river", "a king of the world", "the music of the night was art", "water", "a b"]
+    res = transformer.embed("tiny", spec, texts, "cpu", None)
+    tok, net = AutoTokenizer.from_pretrained(tiny_bert), BertModel.from_pretrained(tiny_bert).eval()
+    with torch.inference_mode():
+        for i, t in enumerate(texts):
+            enc = tok([t], return_tensors="pt", truncation=True, max_length=64)
+            hs = net(**enc, output_hidden_states=True).hidden_states
+            for v in res.variants:
+                ref = pool(hs[v.layer].float(), enc["attention_mask"], v.pooling)[0].numpy()
+                np.testing.assert_allclose(res.arrays[v.id][i], ref, rtol=1e-5, atol=1e-6, err_msg=v.id)
+
+
+@pytest.mark.slow(minutes=1)
+def test_snakemake_runs_no_more_gpu_jobs_than_cards(tmp_path, tiny_bert, user_file):
+    """Two transformer models, cores for both at once: with one (simulated) card their embed jobs run
+    one after the other; with two, side by side. The limit is what Snakemake itself enforces."""
+    params = tiny_params(tiny_bert, user_file, n=60)
+    params["embed"]["device"] = "auto"  # asks for a GPU (on this CPU machine, runs on the CPU)
+    params["models"]["tiny-st"] = params["models"]["tiny-rand"] | {"seed": 1}
+    params["map"] |= SMALL_MAP
+    root = make_project(tmp_path / "p", params)
+    targets = "results/embeddings/tiny-st results/embeddings/tiny-rand"
+
+    def embed_spans(gpus: str) -> list[str]:
+        run("rm -rf results/embeddings", root)
+        out = run(f"{GPUS_ENV}={gpus} snakemake --cores 16 {targets}", root)
+        log = out.stdout + out.stderr
+        jobs = {m.group(1): m.group(2) for m in re.finditer(r"rule embed:.*?jobid: (\d+).*?model=([\w.-]+)", log, re.S)}
+        events = []
+        for m in re.finditer(r"rule embed:.*?jobid: (\d+)|Finished jobid: (\d+)", log, re.S):
+            if m.group(1):
+                events.append("start " + jobs[m.group(1)])
+            elif m.group(2) in jobs:
+                events.append("end " + jobs[m.group(2)])
+        return log, events
+
+    log, events = embed_spans("1")
+    assert "gpu=1" in log.replace(" ", "")  # "Provided resources: ... gpu=1"
+    assert [e.split()[0] for e in events] == ["start", "end", "start", "end"], events
+    log, events = embed_spans("2")
+    assert [e.split()[0] for e in events][:2] == ["start", "start"], events
