@@ -54,3 +54,99 @@ def test_import_encmap_stays_light():
     code = "import sys, encmap; print('scipy' in sys.modules, 'encmap.qre.features' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+# Issue 41: inputs the maths must scale or refuse. Each value is checked against an independent
+# reference: the dense density matrices of the unscaled embeddings (scipy.linalg.logm).
+
+def _dense_qre(E, F, eps):
+    from scipy.linalg import logm
+
+    def rho(X):
+        R = X @ X.T
+        R = R / np.trace(R)
+        return (1 - eps) * R + eps * np.eye(len(R)) / len(R)
+
+    a, b = rho(E), rho(F)
+    return float(np.trace(a @ (logm(a) - logm(b))).real)
+
+
+def _sample(seed=3, n=12, d=4):
+    return np.random.default_rng(seed).standard_normal((n, d))
+
+
+import pytest  # noqa: E402
+
+
+@pytest.mark.parametrize("c", [1e200, 1e150, 1e-170, 1e-300, 2.0 ** -1070])
+def test_the_maths_is_invariant_to_the_scale_of_the_embeddings(c):
+    """Old: E x 1e200 gave rank 0 with an overflow warning, qre_to_base -1.38e-5 (a relative entropy is
+    >= 0), pairwise_qre 16.30 (true 10.24), cka NaN; 1e-170 and denormals were refused as 'trace 0'
+    or 'constant embedding'. Now every value equals the unscaled one, or the input is refused naming
+    the real reason (the trace outside float64's range)."""
+    E0, F = _sample(3), _sample(4, d=6)
+    eps = 1e-3
+    X = c * E0  # what the user hands over (denormals keep fewer bits than E0: it is E up to rounding)
+    E = np.ldexp(X, -np.frexp(np.abs(X).max())[1])  # the same matrix, exactly, brought near 1
+    assert encmap.cka(X, E) == pytest.approx(1.0, abs=1e-12)
+    assert encmap.cka(X, F) == pytest.approx(encmap.cka(E, F), rel=1e-10)
+    assert encmap.cka(X, F, kernel="rbf") == pytest.approx(encmap.cka(E, F, kernel="rbf"), rel=1e-10)
+    try:
+        spec = encmap.factor_pip(X)
+    except encmap.EncmapError as e:
+        assert "outside float64's range" in str(e) and "divide the embeddings" in str(e)
+        assert not 1e-150 < c < 1e150  # only where ||E||^2 itself cannot be held
+        return
+    assert spec.rank == 4
+    ref = encmap.factor_pip(E)
+    np.testing.assert_allclose(spec.lam, ref.lam, rtol=1e-12)
+    assert encmap.qre_to_base(X, eps=eps) == pytest.approx(_dense_qre(E, np.eye(12), eps), rel=1e-9)
+    assert encmap.pairwise_qre(X, F, eps=eps) == pytest.approx(_dense_qre(E, F, eps), rel=1e-9)
+    np.testing.assert_allclose(encmap.qre_features(X, eps=eps), encmap.qre_features(E, eps=eps), rtol=1e-9)
+
+
+def _spec(**kw):
+    U, _ = np.linalg.qr(_sample(5, 10, 3))
+    base = dict(U=U, lam=np.array([0.5, 0.3, 0.2]), trace=2.0)
+    return encmap.Spectrum(**(base | kw))
+
+
+@pytest.mark.parametrize("bad, why", [
+    (dict(lam=np.array([1.0, 0.6, 0.4])), "sum to 1"),
+    (dict(lam=np.array([0.7, 0.5, -0.2])), "positive and finite"),
+    (dict(lam=np.array([0.5, np.nan, 0.5])), "positive and finite"),
+    (dict(U=_sample(5, 10, 3)), "not orthonormal"),
+    (dict(U=np.full((10, 3), np.nan)), "NaN"),
+    (dict(U=np.eye(10)[:, :2]), r"U \(10, 2\) and eigenvalues \(3,\) do not match"),
+    (dict(trace=0.0), "trace"),
+    (dict(trace=float("inf")), "trace"),
+])
+def test_a_hand_built_spectrum_is_checked_on_construction(bad, why):
+    """Old: eigenvalues summing to 2, a non-orthonormal U, negative or NaN eigenvalues gave numbers."""
+    _spec()  # a good one is accepted
+    with pytest.raises(encmap.EncmapError, match=why):
+        _spec(**bad)
+
+
+def test_a_spectrum_is_accepted_by_cka_as_docs_api_says():
+    """Old: cka(Spectrum, ...) said 'expected a 2-D (n x d) matrix, got shape ()'. A Spectrum's
+    CKA is its embeddings' (the same kernel up to scale)."""
+    E, F = _sample(3), _sample(4, d=6)
+    S = encmap.factor_pip(E)
+    for kernel in ("linear", "rbf"):
+        assert encmap.cka(S, F, kernel=kernel) == pytest.approx(encmap.cka(E, F, kernel=kernel), rel=1e-10)
+    assert encmap.linear_cka(S, encmap.factor_pip(F), debiased=True) == pytest.approx(
+        encmap.linear_cka(E, F, debiased=True), rel=1e-10)
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda: encmap.qre_features([[1.0, 2.0], [3.0]]), "not a 2-D"),
+    (lambda: encmap.cka([[1.0, 2.0], [3.0]], _sample()), "not a 2-D"),
+    (lambda: encmap.cka(_sample(), _sample(), kernel="rbf", threshold="1"), "threshold must be a number"),
+    (lambda: encmap.factor_pip(_sample(), tol="x"), "tol"),
+    (lambda: encmap.pairwise_qre(_spec(), encmap.factor_pip(_sample(1, 9, 3))), "same sentences|n ="),
+])
+def test_bad_input_is_an_encmap_error(call, why):
+    """Old: raw ValueError / TypeError / AttributeError, while docs/api.md promises EncmapError."""
+    with pytest.raises(encmap.EncmapError, match=why):
+        call()

@@ -59,18 +59,71 @@ def test_a_stage_is_recorded_only_when_its_outputs_were_made(computed, tmp_path)
     proj = copy(computed, tmp_path)
     edit_params(proj, "models.ctl-0003.seed", 99)
     r = run("encmap repro -- -n", proj, check=False)
-    assert r.returncode == 2 and "Snakemake option '-n' runs no job" in r.stderr, r.stderr[-2000:]
+    assert r.returncode == 2 and "Snakemake option --dryrun (read from '-n')" in r.stderr, r.stderr[-2000:]
     r = run("encmap repro -- --touch", proj, check=False)
-    assert r.returncode == 2 and "'--touch'" in r.stderr
-    # A Snakemake call that exits 0 without making a stage's outputs: that stage is not recorded
-    # (the model's evaluate, which ran, is).
+    assert r.returncode == 2 and "--touch" in r.stderr
+    # Options that change which jobs run are refused too (issue 41: --omit-from ran evaluate alone).
     r = run("encmap repro -- --omit-from embed", proj, check=False)
-    assert r.returncode == 1, lines(r)
-    assert "did not write every output of embed@ctl-0003" in r.stdout, lines(r)
-    assert "encmap repro: 1 stages recorded in dvc.lock" in r.stdout, lines(r)
-    assert "embed@ctl-0003" in json.loads(run("dvc status --json", proj).stdout)
+    assert r.returncode == 2 and "--omit-from" in r.stderr, r.stderr[-2000:]
+    assert json.loads(run("dvc status --json", proj).stdout) != {}  # still stale: nothing was recorded
     run("encmap repro", proj)
     assert json.loads(run("dvc status --json", proj).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+@pytest.mark.parametrize("spelling", [["-pt"], ["--tou"], ["--executor", "touch"], ["--configfile", "over.yaml"],
+                                      ["--config", "map={'seed':9}"], ["--cores", "0"], ["-j", "0"], ["--forceall"],
+                                      ["--until", "embed"], ["--set-threads", "pairwise=1"], ["--allowed-rules", "map"]])
+def test_options_are_read_as_snakemake_reads_them_and_only_an_allow_list_passes(computed, tmp_path, spelling):
+    """Old (issue 41): -pt, --tou and --executor touch were not refused (touch mode: stale contents
+    recorded); --configfile over.yaml fitted the map with seed 9 while dvc.lock recorded seed 0;
+    --cores 0 hung at 'Select jobs to execute'. Each is refused before anything runs; nothing changes."""
+    proj = copy(computed, tmp_path)
+    (proj / "over.yaml").write_text("map: {seed: 9}\n")
+    edit_params(proj, "models.ctl-0003.seed", 99)
+    before, lock = tree_hashes(proj, "data", "results"), (proj / "dvc.lock").read_text()
+    r = run("encmap repro -- " + " ".join(f'"{a}"' for a in spelling), proj, check=False)
+    assert r.returncode == 2 and "encmap repro:" in r.stderr, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr
+    assert tree_hashes(proj, "data", "results") == before and (proj / "dvc.lock").read_text() == lock
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_profile_that_changes_what_runs_is_refused(computed, tmp_path):
+    proj = copy(computed, tmp_path)
+    (proj / "profiles/sneaky").mkdir()
+    (proj / "profiles/sneaky/config.yaml").write_text("cores: 2\ntouch: true\n")
+    r = run("encmap repro -- --profile profiles/sneaky", proj, check=False)
+    assert r.returncode == 2 and "profiles/sneaky/config.yaml: key 'touch'" in r.stderr, r.stderr[-2000:]
+    r = run("SNAKEMAKE_PROFILE=profiles/sneaky encmap repro", proj, check=False)
+    assert r.returncode == 2 and "key 'touch'" in r.stderr, r.stderr[-2000:]
+    (proj / "profiles/fine").mkdir()
+    (proj / "profiles/fine/config.yaml").write_text("cores: 2\nkeep-going: true\nprintshellcmds: true\n")
+    run("encmap repro -- --profile profiles/fine", proj)
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_failed_job_whose_previous_output_snakemake_put_back_is_not_recorded(computed, tmp_path):
+    """Old (issue 41): the RBF CKA subset cut to one encoder, cka_rbf failed, Snakemake restored its
+    update() outputs, and encmap repro recorded the stage with the new params and the old outputs:
+    `dvc status` and `snakemake -n` then said up to date."""
+    from encmap.artifacts.features import read_feature_matrix
+
+    proj = copy(computed, tmp_path)
+    one = read_feature_matrix(proj / "results/features/qre.h5")["ids"][0]
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["similarity"]["subset"] |= {"groups": [], "encoders": [one], "neighbours": 0}
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    lock = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    r = run("encmap repro", proj, check=False)
+    assert r.returncode == 1, lines(r)
+    stale = json.loads(run("dvc status --json", proj).stdout)
+    failed = [s for s in stale if s in ("cka_rbf", "stitch")]
+    assert failed, (stale, lines(r))
+    now = yaml.safe_load((proj / "dvc.lock").read_text())["stages"]
+    for s in failed:
+        assert now[s] == lock[s], s  # not recorded: the lock still pairs the old params with the old outputs
+
 
 
 @pytest.mark.slow(minutes=2)

@@ -56,7 +56,12 @@ def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) 
     -------
     ndarray, shape (n, d), float64 (or ``E`` as given when ``as_float64`` is False)
     """
-    A = np.asarray(E)
+    if type(E).__name__ == "Spectrum" and hasattr(E, "U"):  # a factored PIP where embeddings are expected
+        raise EncmapError(f"{name}: a Spectrum (factored PIP) where embeddings (an n x d array) are expected here")
+    try:
+        A = np.asarray(E)
+    except (ValueError, TypeError) as e:  # a ragged list of rows
+        raise EncmapError(f"{name}: not a 2-D (n x d) matrix of numbers: {e}") from None
     if A.ndim != 2:
         raise EncmapError(f"{name}: expected a 2-D (n x d) matrix, got shape {A.shape}")
     if A.shape[0] < 1 or A.shape[1] < 1:
@@ -76,6 +81,40 @@ def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) 
             f"{name}: all embeddings are zero, so the PIP matrix has trace 0 and no density matrix"
         )
     return A
+
+
+#: Largest entries that :func:`in_safe_range` leaves as they are: their squares, summed over up
+#: to 1e12 entries, stay far from float64's overflow and underflow.
+SAFE_RANGE = (1e-100, 1e100)
+
+
+def in_safe_range(A: np.ndarray) -> np.ndarray:
+    """``A`` scaled by a power of two (exact: only the exponents change) when its largest entry is
+    outside :data:`SAFE_RANGE`, else ``A`` itself (bit for bit).
+
+    For maths that is invariant to E -> cE (ρ, the QRE features, CKA): squaring 1e200 overflows
+    and squaring 1e-170 underflows, so such inputs are brought near 1 before any product.
+    """
+    k = safe_scale_exponent(A)
+    return A if k == 0 else np.ldexp(A, -k)
+
+
+def safe_scale_exponent(A: np.ndarray) -> int:
+    """The k that :func:`in_safe_range` divides ``A`` by 2^k with (0: left as it is)."""
+    top = float(np.max(np.abs(A))) if A.size else 0.0
+    if top == 0.0 or SAFE_RANGE[0] <= top <= SAFE_RANGE[1]:
+        return 0
+    return int(np.frexp(top)[1])
+
+
+def check_real(value: Any, name: str, *, positive: bool = False) -> float:
+    """A real number (not a string, not a bool), finite, optionally > 0; else :class:`EncmapError`."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise EncmapError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    value = float(value)
+    if not np.isfinite(value) or (positive and not value > 0):
+        raise EncmapError(f"{name} must be a finite number{' > 0' if positive else ''}, got {value!r}")
+    return value
 
 
 def check_same_sentences(X: Any, Y: Any, what: str, names: tuple[str, str] = ("X", "Y"),
@@ -169,7 +208,7 @@ def check_eps(eps: float, direction: str = "forward") -> float:
 
 def check_tol(tol: float) -> float:
     """Validate a relative eigenvalue tolerance (0 <= tol < 1)."""
-    tol = float(tol)
+    tol = check_real(tol, "tol")
     if not (0.0 <= tol < 1.0):
         raise EncmapError(f"tol must be in [0, 1), got {tol!r}")
     return tol

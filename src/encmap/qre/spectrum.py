@@ -14,12 +14,18 @@ from typing import Union
 import numpy as np
 import scipy.linalg
 
-from ..validation import EncmapError, check_embeddings, check_tol
+from ..validation import EncmapError, check_embeddings, check_tol, in_safe_range, safe_scale_exponent
 
 #: Default relative tolerance: eigenvalues λ_k < tol * λ_max join the null space. Float32
 #: embeddings carry ~1e-7 relative noise, i.e. ~1e-14 in squared singular values, so 1e-12
 #: keeps all signal and drops only rounding noise.
 DEFAULT_TOL = 1e-12
+
+
+#: How far a Spectrum's eigenvalues may sum from 1 (stored spectra: ~1e-16).
+SUM_TOL = 1e-8
+#: How far from orthonormal a Spectrum's U may be (U = E V / σ: ~ machine ε x σ_max / σ_k ≤ 1e-10).
+ORTHO_TOL = 1e-6
 
 
 @dataclass(frozen=True)
@@ -43,6 +49,36 @@ class Spectrum:
     lam: np.ndarray
     trace: float
     V: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        """Validate a hand-built factored PIP (within :data:`SUM_TOL` and :data:`ORTHO_TOL`).
+
+        Shapes agree; λ finite, > 0, summing to 1; tr M finite and > 0; U finite with
+        orthonormal columns (tested on one fixed random direction, O(n r): UᵀU x = x); V, when
+        given, (d, r). Anything else raises :class:`EncmapError` naming the problem.
+        """
+        U, lam = np.asarray(self.U), np.asarray(self.lam)
+        if U.ndim != 2 or lam.ndim != 1 or U.shape[1] != lam.shape[0]:
+            raise EncmapError(f"Spectrum: U {U.shape} and eigenvalues {lam.shape} do not match (U must be n x r, "
+                              "lam r values)")
+        if lam.size == 0:
+            raise EncmapError("Spectrum: no eigenvalue (rank 0)")
+        if not np.all(np.isfinite(lam)) or np.any(lam <= 0):
+            raise EncmapError(f"Spectrum: eigenvalues must be positive and finite, got min {np.min(lam)!r}")
+        if abs(float(lam.sum()) - 1.0) > SUM_TOL:
+            raise EncmapError(f"Spectrum: eigenvalues of a density matrix sum to 1, these sum to {float(lam.sum())!r}")
+        if isinstance(self.trace, (bool, str)) or not np.isfinite(self.trace) or not self.trace > 0:
+            raise EncmapError(f"Spectrum: trace (tr M = ||E||_F^2) must be finite and > 0, got {self.trace!r}")
+        if U.strides[0] != 0:  # a zero-stride stand-in (ranks only) is not a basis to check
+            if not np.all(np.isfinite(U)):
+                raise EncmapError("Spectrum: U holds NaN or inf")
+            x = np.random.default_rng(0).standard_normal(U.shape[1])
+            err = float(np.linalg.norm(U.T @ (U @ x) - x) / np.linalg.norm(x))
+            if not err <= ORTHO_TOL:
+                raise EncmapError(f"Spectrum: the columns of U are not orthonormal (||U^T U x - x|| / ||x|| = "
+                                  f"{err:.2e} > {ORTHO_TOL:g})")
+        if self.V is not None and (np.ndim(self.V) != 2 or np.shape(self.V)[1] != lam.shape[0]):
+            raise EncmapError(f"Spectrum: V {np.shape(self.V)} must be d x r with r = {lam.shape[0]}")
 
     @property
     def n(self) -> int:
@@ -96,8 +132,10 @@ def prepare_embeddings(E: np.ndarray, *, center: bool, normalize_rows: bool,
     return A
 
 
-def _truncate(U: np.ndarray, s2: np.ndarray, tol: float, V: np.ndarray | None = None) -> Spectrum:
-    """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum."""
+def _truncate(U: np.ndarray, s2: np.ndarray, tol: float, V: np.ndarray | None = None, *, exponent: int = 0,
+              name: str = "embeddings") -> Spectrum:
+    """Keep eigenpairs with s2 >= tol * max(s2); normalise to a density spectrum. The embeddings
+    were divided by 2^(exponent/2) (:func:`~encmap.validation.in_safe_range`): tr M = 2^exponent Σ s2."""
     order = np.argsort(s2)[::-1]
     s2 = s2[order]
     U = U[:, order]
@@ -107,8 +145,14 @@ def _truncate(U: np.ndarray, s2: np.ndarray, tol: float, V: np.ndarray | None = 
         raise EncmapError("PIP matrix has no positive eigenvalue (trace 0)")
     keep = s2 > tol * top
     s2 = s2[keep]
-    trace = float(s2.sum())
-    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / trace, trace=trace,
+    total = float(s2.sum())
+    with np.errstate(over="ignore", under="ignore"):
+        trace = float(np.ldexp(total, exponent))
+    if not (np.isfinite(trace) and trace >= np.finfo(np.float64).tiny):
+        raise EncmapError(f"{name}: ||E||_F^2 = {total:.6g} x 2^{exponent} is outside float64's range, so its "
+                          "PIP's trace cannot be stored. The QRE maths is invariant to E -> cE: divide the embeddings "
+                          "by a constant (their largest entry, say)")
+    return Spectrum(U=np.ascontiguousarray(U[:, keep]), lam=s2 / total, trace=trace,
                     V=None if V is None else np.ascontiguousarray(V[:, keep]))
 
 
@@ -137,19 +181,23 @@ def factor_pip(
         U (n x r), λ (r,), tr M; with ``"svd"`` also V (d x r).
     """
     tol = check_tol(tol)
-    A = check_embeddings(E, name)
+    E0 = check_embeddings(E, name)
+    # Scale-free maths: entries near 1e200 or 1e-170 are brought near 1 (exactly, by a power of
+    # two) before anything is squared; the trace is scaled back (and refused if float64 cannot hold it).
+    k = safe_scale_exponent(E0)
+    A = in_safe_range(E0)
     if method == "auto":
         method = "svd"
     n, d = A.shape
     if method == "svd":
         U, s, Vt = scipy.linalg.svd(A, full_matrices=False, lapack_driver="gesdd", check_finite=False)
-        return _truncate(U, s * s, tol, Vt.T)
+        return _truncate(U, s * s, tol, Vt.T, exponent=2 * k, name=name)
     if method != "gram":
         raise EncmapError(f"method must be 'auto', 'svd' or 'gram', got {method!r}")
     if d >= n:
         # The n x n PIP is the smaller Gram matrix here: its eigenvectors are U directly.
         w, U = scipy.linalg.eigh(A @ A.T, check_finite=False, driver="evr")
-        return _truncate(U, np.clip(w, 0.0, None), tol)
+        return _truncate(U, np.clip(w, 0.0, None), tol, exponent=2 * k, name=name)
     w, V = scipy.linalg.eigh(A.T @ A, check_finite=False, driver="evr")
     w = np.clip(w, 0.0, None)
     top = w.max()
@@ -163,7 +211,7 @@ def factor_pip(
     Q, R = np.linalg.qr(U)
     B = (R * w) @ R.T
     w2, W = scipy.linalg.eigh((B + B.T) / 2, check_finite=False)
-    return _truncate(Q @ W, np.clip(w2, 0.0, None), tol)
+    return _truncate(Q @ W, np.clip(w2, 0.0, None), tol, exponent=2 * k, name=name)
 
 
 def encoder_pip(E: np.ndarray, *, tol: float, center: bool, normalize_rows: bool,

@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..validation import EncmapError, check_embeddings, check_same_sentences
+from ..validation import EncmapError, check_embeddings, check_real, check_same_sentences, in_safe_range
+
+
+def _features(X):
+    """Embeddings, or for a :class:`~encmap.qre.spectrum.Spectrum` (a factored PIP) the features
+    U diag(√λ) (n, r) of the same kernel up to scale (E Eᵀ = tr M · U diag(λ) Uᵀ), which CKA ignores."""
+    from ..qre.spectrum import Spectrum
+
+    return X.U * np.sqrt(X.lam) if isinstance(X, Spectrum) else X
 
 
 def debiased_hsic(xty: float, rows_x: np.ndarray, rows_y: np.ndarray, n: int) -> float:
@@ -37,7 +45,8 @@ def linear_cka(X: np.ndarray, Y: np.ndarray, *, debiased: bool = False) -> float
     float
         In [0, 1] for the biased form; 1 when Y = X Q c (Q orthogonal, c > 0).
     """
-    X, Y = check_same_sentences(X, Y, "CKA", min_rows=4)
+    X, Y = check_same_sentences(_features(X), _features(Y), "CKA", min_rows=4)
+    X, Y = in_safe_range(X), in_safe_range(Y)  # CKA ignores scale: no square over- or underflows
     X = X - X.mean(axis=0)
     Y = Y - Y.mean(axis=0)
     n = X.shape[0]
@@ -72,8 +81,7 @@ def rbf_gram(X: np.ndarray, threshold: float = 1.0) -> np.ndarray:
     -------
     ndarray, shape (n, n)
     """
-    if not threshold > 0:
-        raise EncmapError(f"RBF threshold must be > 0, got {threshold}")
+    threshold = check_real(threshold, "RBF threshold", positive=True)
     X = check_embeddings(X, "X")
     sq = np.einsum("ij,ij->i", X, X)
     D2 = np.maximum(sq[:, None] + sq[None, :] - 2.0 * (X @ X.T), 0.0)
@@ -132,7 +140,9 @@ def cka(X: np.ndarray, Y: np.ndarray, *, kernel: str = "linear", debiased: bool 
     if kernel == "linear":
         return linear_cka(X, Y, debiased=debiased)
     if kernel == "rbf":
-        X, Y = check_same_sentences(X, Y, "CKA", min_rows=4)
+        threshold = check_real(threshold, "RBF threshold", positive=True)
+        X, Y = check_same_sentences(_features(X), _features(Y), "CKA", min_rows=4)
+        X, Y = in_safe_range(X), in_safe_range(Y)
         return gram_cka(rbf_gram(X, threshold), rbf_gram(Y, threshold), debiased=debiased)
     raise EncmapError(f"CKA kernel {kernel!r}: choose linear or rbf")
 

@@ -13,8 +13,10 @@ that builds the whole DAG: at 1,101 models, ~4,400 processes of ~2.4 s each befo
 and DVC rewrites ``dvc.lock`` after every stage. ``encmap repro`` brings DVC's bookkeeping stages
 (code digests, params slices) up to date, reads DVC's decision (``Repo.status``; DVC's graph for
 what follows), runs the *same* stage jobs batched into one Snakemake call per batch (the SLURM
-profile or ``SNAKEMAKE_PROFILE`` passes through), and records in ``dvc.lock`` the stages whose
-every output the call wrote, as ``dvc commit`` would. It skips what ``dvc repro`` skips: a stage
+profile or ``SNAKEMAKE_PROFILE`` passes through; the options it passes are an allow-list), and
+records in ``dvc.lock``, as ``dvc commit`` would, the stages for whose every target Snakemake
+declared a job of that call finished, the target still holding what the job wrote
+(:mod:`.snakemake_call`). It skips what ``dvc repro`` skips: a stage
 that is stale only because an upstream output is about to be remade is decided again once that
 output exists, so an output remade byte for byte stops the cascade. ``dvc repro``, ``dvc exp run
 -S``, ``dvc push/pull`` keep working on the same files.
@@ -34,6 +36,7 @@ from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .integrity import UNDER_DVC
+from .snakemake_call import check_args, check_profiles, finished_outputs, made
 from .stages import StageJob, stage_job
 from ..validation import EncmapError
 
@@ -44,14 +47,6 @@ RERUN_TRIGGERS = ("input",)
 #: directory lock would outlive a killed run (DVC locks what it writes); a killed run's
 #: incomplete-output markers are remade rather than refused.
 SNAKEMAKE_ARGS = ("--cores", "all", "--nolock", "--force", "--rerun-incomplete")
-#: Snakemake options under which a call runs no job or marks outputs current without making
-#: them: encmap repro would record stale outputs as current.
-NO_RUN = ("-n", "--dry-run", "--dryrun", "-t", "--touch", "-S", "--summary", "-D", "--detailed-summary", "--dag",
-          "--rulegraph", "--filegraph", "--lint", "--unlock", "--cleanup-metadata", "--cleanup-shadow",
-          "--list-rules", "--list", "-l", "--list-target-rules", "--lt", "--list-changes", "--lc",
-          "--list-input-changes", "--li", "--list-params-changes", "--lp", "--list-code-changes",
-          "--list-untracked", "--lu", "--delete-all-output", "--delete-temp-output", "--archive", "--containerize",
-          "--export-cwl", "--generate-unit-tests", "--print-compilation", "--d3dag", "--debug-dag")
 
 def _prune(root: Path, params: dict, job: StageJob, paths: list[str] | None, log) -> None:
     from .layout import stale_files
@@ -62,8 +57,10 @@ def _prune(root: Path, params: dict, job: StageJob, paths: list[str] | None, log
             log(f"removed {f} (no encoder of params makes it)")
 
 
-def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | None = None) -> int:
-    """One Snakemake call making ``jobs``' targets (their rules only); its exit status."""
+def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | None = None,
+              ledger: Path | None = None) -> int:
+    """One Snakemake call making ``jobs``' targets (their rules only); its exit status. With
+    ``ledger``, every job Snakemake declares finished is appended to it (:mod:`.snakemake_call`)."""
     argv = [t for j in jobs for t in j.targets] + [*SNAKEMAKE_ARGS, "--allowed-rules",
                                                   *sorted({j.rule for j in jobs}), *extra]
     # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
@@ -72,9 +69,10 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
         json.dump(argv, f)
     try:
-        return subprocess.run([sys.executable, "-c", "import json, sys; from snakemake.cli import main; "
-                               "main(json.load(open(sys.argv[1])))", f.name], cwd=root,
-                              env=os.environ | (env or {})).returncode
+        cmd = ([sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, str(ledger)] if ledger else
+               [sys.executable, "-c", "import json, sys; from snakemake.cli import main; "
+                "main(json.load(open(sys.argv[1])))", f.name])
+        return subprocess.run(cmd, cwd=root, env=os.environ | (env or {})).returncode
     finally:
         os.unlink(f.name)
 
@@ -162,14 +160,6 @@ def plan(repo, targets: list[str] | None = None, would_change: set[str] | None =
                 {s for s in stale if s.addressing in BOOKKEEPING})
 
 
-def _rewritten(path: Path, since: float) -> bool:
-    """Whether Snakemake (re)wrote target ``path`` after ``since`` (a directory: its timestamp marker)."""
-    if path.is_dir():
-        marker = path / ".snakemake_timestamp"
-        path = marker if marker.exists() else path
-    return path.exists() and path.stat().st_mtime >= since
-
-
 def _hashes(stage) -> list:
     return [(str(o.def_path), o.hash_info.value if o.hash_info else None) for o in stage.outs]
 
@@ -226,17 +216,25 @@ def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str]
          snakemake_args: list[str], log) -> tuple[list, set[str], int]:
     """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
-    A stage has completed when the call wrote every one of its targets, whatever the exit
-    status says (a dry run or a failed job writes none). ``per_model``: :func:`_per_model_targets`
-    of the params. Returns the completed stages, the output paths whose content changed, and
-    Snakemake's exit status.
+    A stage has completed when Snakemake declared finished, in this call, a job for every one of
+    its targets, and each target still holds what that job wrote (:func:`.snakemake_call.made`),
+    whatever the exit status says: a failed job whose ``update()`` output Snakemake put back
+    made nothing. ``per_model``: :func:`_per_model_targets` of the params. Returns the completed
+    stages, the output paths whose content changed, and Snakemake's exit status.
     """
     jobs = [stage_job(s.addressing, params, per_model) for s in stages]
     for j in jobs:
         _prune(root, params, j, per_model.get(j.prune) if j.prune else None, log)
-    started = time.time() - 1  # file times may be coarser than the clock
-    rc = snakemake(root, jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args], {UNDER_DVC: "1"})
-    done = [s for s, j in zip(stages, jobs) if all(_rewritten(root / t, started) for t in j.targets)]
+    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
+    fd, ledger = tempfile.mkstemp(suffix=".finished.jsonl", dir=root / ".dvc" / "tmp")
+    os.close(fd)
+    try:
+        rc = snakemake(root, jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args], {UNDER_DVC: "1"},
+                       ledger=Path(ledger))
+        finished, now = finished_outputs(ledger), {}
+    finally:
+        os.unlink(ledger)
+    done = [s for s, j in zip(stages, jobs) if made(root, j.targets, finished, now)]
     return done, _save(done), rc
 
 
@@ -288,8 +286,9 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     targets : list of str, optional
         Stages to bring up to date with their upstream stages (default: every stage).
     snakemake_args : list of str, optional
-        Passed on to Snakemake (``--profile profiles/slurm``, ``--cores 8``, ``--keep-going``);
-        options that run no job or mark outputs current without making them are refused.
+        Passed on to Snakemake (``--profile profiles/slurm``, ``--cores 8``, ``--keep-going``):
+        only options that cannot change which jobs run, what they compute or with which config
+        (:data:`.snakemake_call.ALLOWED`, read by Snakemake's own parser); any other is refused.
     dry_run : bool
         Only list the stale stages.
 
@@ -304,12 +303,9 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     from ..params import load_params
 
     args = list(snakemake_args or [])
-    refused = [a for a in args if a.split("=", 1)[0] in NO_RUN]
-    if refused:
-        raise EncmapError(f"encmap repro: Snakemake option {refused[0]!r} runs no job (or marks outputs current "
-                          "without making them), and what encmap repro runs is recorded in dvc.lock as current; "
-                          "`encmap repro --dry-run` lists what would run")
     root = Path(root).resolve()
+    check_args(args)  # an allow-list, read by Snakemake's own parser: nothing that changes what runs
+    check_profiles(args, root)
     try:
         repo = Repo(str(root))
     except DvcException as e:

@@ -1,0 +1,210 @@
+"""One Snakemake call for ``encmap repro``: the options it may pass, and what the call made.
+
+What ``encmap repro`` records in ``dvc.lock`` as current must be what this call made. Two
+things decide it, both from Snakemake itself rather than from what is on disk afterwards:
+
+- **The options.** Only options that cannot change which jobs run, what they compute or with
+  which config (:data:`ALLOWED`: cores, jobs, resources, where jobs run, keep-going, printing)
+  pass; they are parsed with Snakemake's own argument parser, so every spelling Snakemake
+  accepts (``-pt``, ``--tou``, ``--executor touch``) is judged as Snakemake reads it. The same
+  holds for the profile's keys (``--profile``, ``SNAKEMAKE_PROFILE``, the workflow's default).
+- **The jobs that finished.** The call runs in a child process that records every job Snakemake
+  itself declares finished (after its outputs were checked), with a digest of each output's
+  content at that moment (:func:`run_recording`). A stage is made when every target is an
+  output of such a job and still has that content when the call ends: a failed job whose
+  ``update()`` output Snakemake put back, a job that never ran, or a file changed after its job
+  are not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+from ..validation import EncmapError
+
+#: Snakemake options (their argparse ``dest``) that ``encmap repro`` passes on: where and how many
+#: jobs run at once, how failures and output are reported. None changes which jobs run, what they
+#: compute, or the config they see.
+ALLOWED = frozenset({
+    "cores", "jobs", "local_cores", "resources", "set_resource_scopes", "default_resources", "set_resources",
+    "profile", "workflow_profile", "executor", "keep_going", "printshellcmds", "verbose", "quiet", "nocolor",
+    "show_failed_logs", "latency_wait", "max_jobs_per_second", "max_jobs_per_timespan",
+    "max_status_checks_per_second", "seconds_between_status_checks", "retries", "preemptible_retries",
+    "preemptible_rules", "jobname", "scheduler", "scheduler_greediness", "scheduler_greedy_greediness",
+    "scheduler_ilp_solver", "scheduler_subsample", "groups", "group_components", "logger", "force_use_threads",
+    "shared_fs_usage", "local_storage_prefix", "remote_job_local_storage_prefix", "max_inventory_time",
+    "debug",
+})
+#: Options encmap repro sets itself (the profile may say them too).
+OWN = frozenset({"rerun_incomplete", "nolock", "force", "rerun_triggers", "allowed_rules", "targets"})
+#: Executor plugins' own options (``--slurm-...``): where and how jobs are submitted.
+PLUGIN_PREFIXES = ("slurm_", "cluster_generic_", "kubernetes_", "googlebatch_", "lsf_", "pbs_", "aws_batch_")
+#: Executors that run no job.
+NO_JOB_EXECUTORS = ("touch", "dryrun")
+
+
+def _allowed(dest: str) -> bool:
+    return dest in ALLOWED or dest in OWN or dest.startswith(PLUGIN_PREFIXES)
+
+
+def _check_value(dest: str, value, where: str) -> None:
+    if dest == "executor" and value in NO_JOB_EXECUTORS:
+        raise EncmapError(f"encmap repro: {where}: executor {value!r} runs no job, and what encmap repro runs is "
+                          "recorded in dvc.lock as made; `encmap repro --dry-run` lists what would run")
+    if dest in ("cores", "jobs", "local_cores") and value is not None:
+        text = str(value).strip()
+        if text != "all" and not (text.isdigit() and int(text) >= 1):
+            raise EncmapError(f"encmap repro: {where}: {dest.replace('_', '-')} {value!r} must be 'all' or a "
+                              "whole number >= 1 (Snakemake waits forever with 0 cores)")
+
+
+def check_args(args: list[str]) -> None:
+    """Refuse Snakemake options that ``encmap repro`` may not pass, read as Snakemake reads them.
+
+    Raises :class:`EncmapError` naming the option (as the user wrote it where it can be found) and why.
+    """
+    from snakemake.cli import get_argument_parser
+
+    parser = get_argument_parser()
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            given = vars(parser.parse_args(args))
+    except SystemExit:
+        why = err.getvalue().strip().splitlines()[-1:] or ["not a Snakemake option"]
+        raise EncmapError(f"encmap repro: Snakemake cannot read the options {' '.join(args)!r}: {why[0]}") from None
+    default = vars(parser.parse_args([]))
+    for dest, value in given.items():
+        if value == default.get(dest):
+            continue
+        if not _allowed(dest):
+            raise EncmapError(
+                f"encmap repro: Snakemake option --{dest.replace('_', '-')} (read from {' '.join(args)!r}) may "
+                "change which jobs run, what they compute or with which config, and what encmap repro runs is "
+                "recorded in dvc.lock as made from params.yaml. It passes only where and how many jobs run "
+                "(cores, jobs, resources, profile, executor, keep-going, printing); `encmap repro --dry-run` lists "
+                "what would run, and plain `snakemake` takes any option")
+        _check_value(dest, value, f"option --{dest.replace('_', '-')}")
+
+
+def profile_file(name: str, root: Path) -> Path | None:
+    """The config file of Snakemake profile ``name`` (a folder, or a name Snakemake looks up), or None."""
+    candidates = [Path(name)] if os.sep in name or Path(name).is_dir() else []
+    candidates += [root / name]
+    xdg = os.environ.get("XDG_CONFIG_HOME", str(Path.home() / ".config"))
+    candidates += [Path(xdg) / "snakemake" / name, Path("/etc/xdg/snakemake") / name]
+    for c in candidates:
+        for f in ("config.v8+.yaml", "config.yaml"):
+            if (c / f).is_file():
+                return c / f
+    return None
+
+
+def check_profiles(args: list[str], root: Path, environ: dict | None = None) -> None:
+    """Refuse a profile (the ``--profile`` given, else ``SNAKEMAKE_PROFILE``, and the workflow's
+    ``profiles/default``) whose keys are not options :func:`check_args` would pass."""
+    import yaml
+    from snakemake.cli import get_argument_parser
+
+    env = os.environ if environ is None else environ
+    parsed = vars(get_argument_parser().parse_args(args))
+    names = [parsed["profile"] or env.get("SNAKEMAKE_PROFILE")]
+    files = [profile_file(n, root) for n in names if n]
+    files.append(profile_file("profiles/default", root) if parsed.get("workflow_profile") in (None, "") else
+                 profile_file(parsed["workflow_profile"], root))
+    for f in files:
+        if f is None:
+            continue
+        data = yaml.safe_load(f.read_text()) or {}
+        for key, value in data.items():
+            dest = str(key).replace("-", "_")
+            if not _allowed(dest):
+                raise EncmapError(f"encmap repro: profile {f}: key {key!r} may change which jobs run, what they "
+                                  "compute or with which config, and what encmap repro runs is recorded in dvc.lock "
+                                  "as made from params.yaml; a profile for encmap repro says only where and how many "
+                                  "jobs run (cores, jobs, resources, executor and its settings, keep-going, printing)")
+            _check_value(dest, value, f"profile {f}: key {key!r}")
+
+
+def content_digest(path: str | Path) -> str | None:
+    """sha256 over a file's bytes, or over a directory's files (relative names and bytes, sorted;
+    Snakemake's own ``.snakemake_timestamp`` marker left out); None if it does not exist."""
+    path = Path(path)
+    h = hashlib.sha256()
+    if path.is_dir():
+        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
+        for p in files:
+            h.update(str(p.relative_to(path)).encode() + b"\0")
+            h.update(content_digest(p).encode())
+        return "dir:" + h.hexdigest()
+    if not path.is_file():
+        return None
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _record_finished(ledger: str) -> None:
+    """Make Snakemake append every job it declares finished (outputs checked) to ``ledger``."""
+    from snakemake.dag import DAG
+
+    finish = DAG.finish
+
+    async def recording_finish(self, job, *args, **kwargs):
+        with open(ledger, "a", encoding="utf-8") as f:
+            for j in (list(job) if job.is_group() else [job]):
+                for out in j.output:
+                    f.write(json.dumps({"path": os.path.normpath(str(out)), "digest": content_digest(out)}) + "\n")
+        return await finish(self, job, *args, **kwargs)
+
+    DAG.finish = recording_finish
+
+
+def run_recording(argv_file: str, ledger: str) -> None:
+    """The child process: Snakemake's command line (JSON list in ``argv_file``), every finished job's
+    outputs appended to ``ledger``."""
+    from snakemake.cli import main
+
+    _record_finished(ledger)
+    with open(argv_file, encoding="utf-8") as f:
+        argv = json.load(f)
+    main(argv)
+
+
+def finished_outputs(ledger: str | Path) -> dict[str, str | None]:
+    """Output path (normalised, relative to the project) -> content digest when its job finished."""
+    out: dict[str, str | None] = {}
+    p = Path(ledger)
+    if p.exists():
+        for line in p.read_text(encoding="utf-8").splitlines():
+            if line.strip():
+                rec = json.loads(line)
+                out[rec["path"]] = rec["digest"]
+    return out
+
+
+def made(root: Path, targets: list[str], finished: dict[str, str | None], current: dict[str, str | None]) -> bool:
+    """Whether this call made every one of ``targets``: each is (or lies inside) the output of a job
+    Snakemake declared finished, and that output's content is still what the job wrote.
+    ``current`` caches digests taken now."""
+    for t in targets:
+        t = os.path.normpath(t)
+        owner = t if t in finished else next((o for o in finished if t.startswith(o + os.sep)), None)
+        if owner is None:
+            return False
+        if owner not in current:
+            current[owner] = content_digest(root / owner)
+        if current[owner] is None or current[owner] != finished[owner]:
+            return False
+    return True
+
+
+if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call ARGV_FILE LEDGER
+    run_recording(sys.argv[1], sys.argv[2])
