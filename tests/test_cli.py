@@ -111,3 +111,21 @@ def test_help_lists_the_everyday_commands_apart_from_the_plumbing_and_the_old_na
     assert cli.main(["zoo", "--name", "(["]) == 2  # the old name runs the catalogue command, and says so
     err = capsys.readouterr().err
     assert "`encmap zoo` is now `encmap catalogue`" in err and "'([' is not a regular expression" in err
+
+
+def test_catalogue_never_replaces_a_file_that_is_not_a_catalogue(tmp_path, capsys):
+    """Old (issue 41): `encmap catalogue --limit 2 --out params.yaml` replaced the whole params file
+    with a bare models: block, without a word."""
+    params = tmp_path / "params.yaml"
+    params.write_text("sentences: {n: 10}\nmodels: {}\nmap: {seed: 0}\n")
+    before = params.read_text()
+    assert cli.main(["catalogue", "--limit", "2", "--out", str(params)]) == 2
+    err = capsys.readouterr().err
+    assert "is not a catalogue file (it holds: map, models, sentences)" in err and "--append" in err, err
+    assert params.read_text() == before
+    assert cli.main(["catalogue", "--limit", "2", "--out", str(tmp_path)]) == 2
+    assert "is a directory" in capsys.readouterr().err
+    cat = tmp_path / "catalogue.yaml"  # a catalogue file is replaced as asked
+    cat.write_text("models: {}\n")
+    assert cli.main(["catalogue", "--limit", "2", "--out", str(cat)]) == 0
+    assert len(__import__("yaml").safe_load(cat.read_text())["models"]) == 2

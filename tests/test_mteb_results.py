@@ -274,6 +274,10 @@ def test_mteb_scores_and_the_regress_stage_give_identical_tables(tmp_path, capsy
     metrics = json.loads(Path(out["metrics"]).read_text())
     assert metrics["mteb_scores"] == 10 and metrics["mteb_files_left_out"] == 3
     assert "published MTEB scores: 10 (model, task) scores for 5 of 6 models" in capsys.readouterr().err
+    # Old (issue 41): --out a directory ended in "[Errno 16] Device or resource busy" naming a temp file.
+    assert main(["mteb-scores", str(DATA), "--models", str(models), "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{tmp_path} is a directory; name the file to write" in err and "Errno" not in err, err
     models.write_text("encoder,mteb_model\ngtr__out,sentence-transformers/gtr-t5-base\ngtr__out,BAAI/bge-m3\n")
     assert main(["mteb-scores", str(DATA), "--models", str(models)]) == 2
     assert "line 3: encoder 'gtr__out' is mapped twice (lines 2 and 3)" in capsys.readouterr().err

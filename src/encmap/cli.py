@@ -243,6 +243,26 @@ def _positive_int(text: str) -> int:
     return v
 
 
+def _check_catalogue_out(out: Path) -> None:
+    """Refuse to replace an existing file that is not a catalogue (a ``models:`` block alone): a
+    params file given as ``--out`` would lose everything but its models."""
+    import yaml
+
+    if not out.exists():
+        return
+    if out.is_dir():
+        raise EncmapError(f"encmap catalogue: --out {out} is a directory; name a file")
+    try:
+        data = yaml.safe_load(out.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError, OSError):
+        data = None
+    if not (isinstance(data, dict) and set(data) == {"models"}):
+        keys = ", ".join(sorted(map(str, data))[:6]) if isinstance(data, dict) else "not a YAML mapping"
+        raise EncmapError(f"encmap catalogue: --out {out} exists and is not a catalogue file (it holds: {keys}); "
+                          "it would be replaced by a bare models: block. Use --append to add the entries to the "
+                          "params file (--replace to replace its models), or name another file")
+
+
 def _catalogue(args) -> int:
     import yaml
 
@@ -251,6 +271,8 @@ def _catalogue(args) -> int:
     from .io import atomic_write_text
     from .params import append_models, load_params, validate_params
 
+    if args.out:
+        _check_catalogue_out(Path(args.out))
     entries, left = catalogue(registry_records(), trust_remote_code=args.trust_remote_code, limit=args.limit,
                               prompt=args.prompt, dtype=args.dtype, min_params=args.min_params,
                               max_params=args.max_params, languages=args.language, english_only=args.english_only,

@@ -89,6 +89,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     behind; the next write of the same path removes it.
     """
     target = Path(path)
+    if target.is_dir():
+        raise EncmapError(f"{target} is a directory; name the file to write (e.g. {target / 'out'})")
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_temporaries(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
