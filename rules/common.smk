@@ -6,8 +6,8 @@ from pathlib import Path
 from encmap.device import set_gpu_limit
 from encmap.encoders.embed import gpu_request, job_threads
 from encmap.encoders.variants import science_spec
-from encmap.params import check_snakemake_config
 from encmap.validation import check_writable
+from encmap.workflow.config import check_snakemake_config
 from encmap.workflow.deps import code_key
 from encmap.workflow.integrity import for_snakemake, record_for_snakemake
 from encmap.workflow.jobs import one_reevaluation_timer, replace_stale_backups

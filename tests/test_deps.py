@@ -390,3 +390,51 @@ def test_a_new_public_api_name_reruns_no_stage(tree):
                                            '    "EncmapError": "encmap.validation",\n    "rbf_gram": "encmap.similarity.cka",\n'))
     assert digests(tree) == before
     assert not any("src/encmap/api.py" in stage_code(tree, s) for s in STAGES)
+
+
+def _encmap_import_graph() -> dict[str, set[str]]:
+    """encmap module -> the encmap modules it imports anywhere (top level or inside a function)."""
+    import ast
+
+    src = Path(encmap.__file__).parent
+    graph: dict[str, set[str]] = {}
+    for p in src.rglob("*.py"):
+        parts = list(p.relative_to(src.parent).with_suffix("").parts)
+        is_pkg = parts[-1] == "__init__"
+        mod = ".".join(parts[:-1] if is_pkg else parts)
+        pkg = mod if is_pkg else mod.rsplit(".", 1)[0]
+        deps: set[str] = set()
+        for n in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(n, ast.ImportFrom):
+                base = pkg.split(".")[: len(pkg.split(".")) - (n.level - 1)] if n.level else []
+                target = ".".join(base + ([n.module] if n.module else []))
+                names = [target] + [f"{target}.{a.name}" for a in n.names]
+            elif isinstance(n, ast.Import):
+                names = [a.name for a in n.names]
+            for name in names:
+                while name.startswith("encmap") and not ((src.parent / name.replace(".", "/")).with_suffix(".py").exists()
+                                                         or (src.parent / name.replace(".", "/")).is_dir()):
+                    name = name.rsplit(".", 1)[0]  # a symbol: its module
+                if name.startswith("encmap") and name != mod:
+                    deps.add(name)
+        graph[mod] = deps
+    return graph
+
+
+def test_the_science_and_params_sit_below_the_plumbing_and_the_plumbing_has_no_cycle():
+    """Issue 41 item 13. Old: workflow/deps.py <-> workflow/stages.py imported each other, and
+    params.py imported workflow.deps. Only the entry points (the CLI, encmap place) reach into the plumbing."""
+    graph = _encmap_import_graph()
+    assert "encmap.workflow.deps" in graph and "encmap.params" in graph  # the analysis sees the package
+    upward = {m: sorted(d for d in deps if d.startswith("encmap.workflow")) for m, deps in graph.items()
+              if not m.startswith("encmap.workflow") and m not in ("encmap.cli", "encmap.place")}
+    assert {m: d for m, d in upward.items() if d} == {}
+    plumbing = {m: {d for d in deps if d.startswith("encmap.workflow.")} for m, deps in graph.items()
+                if m.startswith("encmap.workflow.")}
+
+    def reaches(a: str, b: str, seen: set) -> bool:
+        return any(d == b or (d not in seen and not seen.add(d) and reaches(d, b, seen)) for d in plumbing.get(a, ()))
+
+    cycles = sorted((a, b) for a in plumbing for b in plumbing[a] if reaches(b, a, set()))
+    assert cycles == []

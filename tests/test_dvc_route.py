@@ -301,3 +301,23 @@ def test_the_readmes_way_back_restores_the_last_committed_state(computed, tmp_pa
     run(recipe, proj)
     assert tree_hashes(proj, "data", "results") == before
     assert json.loads(run("dvc status --json", proj).stdout) == {}
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_file_a_reader_refused_is_never_recorded_as_good(computed, tmp_path):
+    """Old (issue 41): after `encmap repro`, two PIP files swapped, then plain `snakemake`: the
+    features job refused them, but the error hook recorded the swapped files in the ledger as good
+    and the next `snakemake -n` said "Nothing to be done" with both still swapped."""
+    proj = copy(computed, tmp_path)
+    a, b = sorted((proj / "results/pip").glob("ctl-000[12]/*.h5"))[:2]
+    good = {a: a.read_bytes(), b: b.read_bytes()}
+    tmp = a.with_name("swap.tmp")
+    a.rename(tmp), b.rename(a), tmp.rename(b)
+    r = run("snakemake --cores 2", proj, check=False)
+    assert r.returncode != 0 and "read as encoder" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    r = run("snakemake -n --cores 2", proj)
+    out = r.stdout + r.stderr
+    assert "Nothing to be done" not in out and "refused by a reader" in out, out[-3000:]
+    run("snakemake --cores 2", proj)
+    assert a.read_bytes() == good[a] and b.read_bytes() == good[b]
+    assert json.loads(run("dvc status --json", proj).stdout) == {}

@@ -291,3 +291,34 @@ def test_bare_only_keeps_the_models_mteb_scored_on_bare_texts():
             for k in ("none", "prompts", "instructions", "old")]
     assert sorted(mteb_models(recs)) == ["instructions__out", "none__out", "old__out", "prompts__out"]
     assert mteb_models(recs, bare_only=True) == {"none__out": ("org/none", None)}  # an entry that does not say: out
+
+
+@pytest.mark.parametrize("change, why", [
+    ({"benchmark": "MTEB(nope, v9)", "tasks": ["STSBenchmark"]}, "regress.mteb.benchmark: unknown MTEB benchmark 'MTEB(nope, v9)'"),
+    ({"tasks": ["STSBenchmark", "NoSuchTask"]}, "regress.mteb.tasks: unknown MTEB task 'NoSuchTask'"),
+    ({"split": "bogus"}, "regress.mteb.split: 'bogus' is not an evaluation split of any selected task (they use dev, test)"),
+    ({"results": "MISSING"}, "regress.mteb.results: .*MISSING does not exist"),
+    ({"results": "FILE"}, "regress.mteb.results: .*FILE is a file"),
+    ({"benchmark": None, "tasks": []}, "name a benchmark or tasks"),
+])
+def test_encmap_check_refuses_mteb_targets_that_would_fail_later(tmp_path, capsys, change, why):
+    """Old (issue 41): encmap check accepted an unknown benchmark (ignored when tasks are given),
+    unknown tasks, a bogus split, and a results path that does not exist or is a file."""
+    import re
+
+    import yaml
+
+    from encmap.cli import main
+    from support.project import REPO
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    (tmp_path / "FILE").write_text("not a folder\n")
+    change = {k: str(tmp_path / v) if k == "results" else v for k, v in change.items()}
+    params["regress"]["mteb"] |= {"results": str(DATA), "benchmark": "MTEB(eng, v1)", "tasks": [], "split": None} | change
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert main(["--params", str(tmp_path / "params.yaml"), "check"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(why.replace("(", r"\(").replace(")", r"\)").replace(r".\*", ".*"), err), err
+    params["regress"]["mteb"] |= {"results": str(DATA), "benchmark": "MTEB(eng, v1)", "tasks": [], "split": "dev"}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    assert main(["--params", str(tmp_path / "params.yaml"), "check"]) == 0

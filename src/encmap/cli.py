@@ -152,6 +152,10 @@ def main(argv: list[str] | None = None) -> int:
 
             return run_stage(Path(args.params).resolve().parent, args.name)
         params = load_params(args.params)
+        if args.cmd in ("params-slices", "check"):  # DVC's first stage, and the user's check: before any job
+            from .params import check_mteb_targets
+
+            check_mteb_targets(params, args.params)
         if args.cmd == "params-slices":
             from .workflow.deps import write_slices
 

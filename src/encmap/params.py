@@ -114,6 +114,18 @@ def validate_params(params: Any, where: str = "params") -> None:
         raise EncmapError(f"{where}: key similarity.subset.encoders: no encoder {unknown[0]!r} in models")
 
 
+def check_mteb_targets(params: dict, where: str = "params") -> None:
+    """``regress.mteb`` against mteb's registry (:func:`encmap.downstream.mteb_results.check_targets`):
+    only when published scores are asked for (importing mteb costs seconds), and from the entry
+    points that start work (``encmap check``, a Snakemake run, ``encmap repro``, DVC's params
+    stage), not from every DVC stage command."""
+    if params["regress"]["mteb"]["results"] is None:
+        return
+    from .downstream.mteb_results import check_targets
+
+    check_targets(params["regress"]["mteb"], where)
+
+
 def check_counts(params: dict, m: int, where: str = "params") -> None:
     """The rules that follow from how many encoders (m) and sentences (n) there will be.
 
@@ -218,7 +230,7 @@ def snakemake_configfile(path: str | Path = "params.yaml") -> str:
     tries JSON first, which it reads in milliseconds. So ``path`` is parsed here (libyaml,
     duplicate keys refused, naming the line), rendered as JSON once per content under
     ``.snakemake/encmap/<name>-<sha256>.json``, and that file is what Snakemake loads; errors
-    about the config still name ``path`` (:func:`check_snakemake_config`).
+    about the config still name ``path`` (:func:`encmap.workflow.config.check_snakemake_config`).
     """
     import hashlib
 
@@ -245,38 +257,6 @@ def snakemake_configfile(path: str | Path = "params.yaml") -> str:
 
 #: JSON rendering -> the YAML file it renders (what errors name).
 _RENDERED_FROM: dict[str, str] = {}
-
-
-def check_snakemake_config(config: dict, configfiles: list) -> None:
-    """Validate the config Snakemake loaded: each file for duplicate keys, then the merge.
-
-    A JSON rendering of params.yaml (:func:`snakemake_configfile`) is named, and was checked, as
-    the YAML file it renders.
-    """
-    names = [_RENDERED_FROM.get(str(f), str(f)) for f in configfiles]
-    for f in names:
-        check_yaml_file(f)
-    # A config already found valid by this code is not validated again (0.75 s at 1,101 models,
-    # in every Snakemake process DVC starts): the marker's name hashes the config and the code.
-    marker = RENDERED / f"valid-{_validation_key(config)}"
-    if marker.exists():
-        return
-    validate_params(config, "config (" + ", ".join(names) + ")")
-    marker.parent.mkdir(parents=True, exist_ok=True)
-    marker.touch()
-
-
-def _validation_key(config: dict) -> str:
-    """sha256 of a config and of everything that decides whether it is valid: the schema and every
-    file :func:`validate_params` can run (the import analysis that digests the stages' code)."""
-    import hashlib
-
-    from .workflow.deps import module_files
-
-    h = hashlib.sha256(json.dumps(config, sort_keys=True, allow_nan=True, default=str).encode())
-    for f in [Path(__file__).with_name("params.schema.json"), *module_files("encmap.params", "validate_params")]:
-        h.update(Path(f).read_bytes())
-    return h.hexdigest()[:32]
 
 
 def _type_text(node: dict) -> str:

@@ -19,7 +19,16 @@ SAFE_ID = re.compile(r"^[a-z0-9][a-z0-9._-]{0,%d}$" % (MAX_ID - 1))
 
 
 class EncmapError(ValueError):
-    """A user-facing error with a message that names the problem."""
+    """A user-facing error with a message that names the problem.
+
+    ``refused``: artifact files a reader refused (another encoder's content, made from other
+    sentences or other embeddings): the workflow's ledger then never records them as good
+    (:mod:`encmap.workflow.integrity`).
+    """
+
+    def __init__(self, message: str = "", *, refused: tuple | list = ()):
+        super().__init__(message)
+        self.refused = tuple(str(f) for f in refused)
 
 
 def check_id(value: str, what: str = "id") -> str:

@@ -33,13 +33,14 @@ def check_is_encoder(path: str | Path, attrs: dict, encoder: str, what: str, mod
         holds = f"encoder {stored!r}" + (f" of model {attrs.get('model')!r}" if model is not None else "")
         raise EncmapError(f"{path}: holds the {what} of {holds}, but is read as encoder {encoder!r}"
                           + (f" of model {model!r}" if model is not None else "")
-                          + " (copied or renamed by hand?); delete it and rerun the stage that makes it")
+                          + " (copied or renamed by hand?); delete it and rerun the stage that makes it",
+                          refused=[path])
 
 
 def stale_sentences(path: str | Path, what: str, encoder: str) -> EncmapError:
     """The error for an artifact made from another sentence set than the map's."""
     return EncmapError(f"{path}: encoder {encoder!r}: {what} made from another sentence set than the map's "
-                       "(sha256 differs); rerun the stale stages")
+                       "(sha256 differs); rerun the stale stages", refused=[path])
 
 
 def read_embeddings(emb_dirs: list[str], ids: list[str], records: dict[str, dict], sha: str,

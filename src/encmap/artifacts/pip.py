@@ -80,7 +80,7 @@ def load_spectrum(path: str | Path):
                           "rerun or pull the embed stage of this model")
     if file_sha256(emb) != attrs["embeddings_sha256"]:
         raise EncmapError(f"{path}: was factored from other embeddings than {emb} holds now (sha256 differs); "
-                          f"rerun the pip stage of {name}")
+                          f"rerun the pip stage of {name}", refused=[path])
     E, eattrs = read_h5(emb, ["embeddings"])
     check_is_encoder(emb, eattrs, path.stem, "embeddings", path.parent.name)
     A = prepare_embeddings(E["embeddings"], center=bool(attrs["center"]), normalize_rows=bool(attrs["normalize_rows"]),

@@ -89,6 +89,57 @@ def benchmark_tasks(benchmark: str | None, names: list[str]) -> list[Any]:
         raise EncmapError(f"regress.mteb: unknown MTEB benchmark or task ({e})") from None
 
 
+def check_targets(mteb_params: dict[str, Any], where: str = "params") -> None:
+    """Refuse ``regress.mteb`` values that would fail or be ignored later, before any job.
+
+    With ``results`` set: a local results folder exists and looks like MTEB's results; the
+    benchmark is one mteb knows (also when tasks are named, where it would be ignored); every
+    task is known; a split is one of the selected tasks' evaluation splits. mteb's registry is
+    installed, so nothing here needs the network. Nothing is checked when ``results`` is null.
+    """
+    results = mteb_params.get("results")
+    if results is None:
+        return
+    key = f"{where}: key regress.mteb"
+    if results != "remote":
+        root = Path(results)
+        if not root.exists():
+            raise EncmapError(f"{key}.results: {root} does not exist (a local copy of MTEB's results repository, "
+                              "or 'remote')")
+        if not root.is_dir():
+            raise EncmapError(f"{key}.results: {root} is a file, not MTEB's results repository (a folder)")
+        try:
+            results_folder(root)
+        except EncmapError as e:
+            raise EncmapError(f"{key}.results: {e}") from None
+    import mteb
+
+    bench = mteb_params.get("benchmark")
+    if bench:
+        try:
+            with _quiet_mteb():
+                chosen = list(mteb.get_benchmark(bench).tasks)
+        except (KeyError, ValueError) as e:
+            raise EncmapError(f"{key}.benchmark: unknown MTEB benchmark {bench!r} ({str(e).strip(chr(34))})") from None
+    names = list(mteb_params.get("tasks") or [])
+    if names:
+        chosen = []
+        for name in names:
+            try:
+                with _quiet_mteb():
+                    chosen += list(mteb.get_tasks(tasks=[name]))
+            except (KeyError, ValueError):
+                raise EncmapError(f"{key}.tasks: unknown MTEB task {name!r}") from None
+    elif not bench:
+        raise EncmapError(f"{key}: name a benchmark or tasks")
+    split = mteb_params.get("split")
+    if split:
+        splits = sorted({sp for t in chosen for sp in t.eval_splits})
+        if split not in splits:
+            raise EncmapError(f"{key}.split: {split!r} is not an evaluation split of any selected task (they use "
+                              f"{', '.join(splits)}); null reads each task's own")
+
+
 def results_folder(results: str | Path) -> Path:
     """The folder holding ``<org__model>/<revision>/`` folders: ``<results>/results`` (MTEB's
     repository, as cloned) or ``<results>`` itself."""

@@ -26,15 +26,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from contextlib import closing
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Iterable
 
 from .deps import DIGESTS, SLICES
+from .jobs import REFUSED_LOG, UNDER_DVC  # noqa: F401 (UNDER_DVC: encmap repro sets it)
 from ..io import file_sha256
-
-#: Set by ``encmap repro`` for the Snakemake calls it makes: DVC records what they write.
-UNDER_DVC = "ENCMAP_UNDER_DVC"
 
 LEDGER = ".snakemake/encmap/ledger.sqlite"
 #: Where the pipeline's artifacts live (relative to the workflow root).
@@ -102,6 +100,8 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
     messages: list[str] = []
     rerun: set[str] = set()
     with closing(_connect(root)) as con, con:
+        if not dry_run:
+            _take_refused(root, con)
         known = {p: (size, mtime, sha) for p, size, mtime, sha in con.execute("SELECT * FROM files")}
         marked = dict(con.execute("SELECT * FROM damaged"))
         for rel, (size, mtime, sha) in known.items():
@@ -118,6 +118,11 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
             if (st.st_size, st.st_mtime_ns) == (size, mtime) and rel not in marked:
                 continue
             now = file_sha256(root / rel)
+            if marked.get(rel) == now and now == sha:  # refused by a reader when first seen: still the same
+                messages.append(f"{rel}: refused by a reader of the last run and unchanged since; its job reruns "
+                                f"({owner})")
+                rerun.add(owner)
+                continue
             if now == sha:  # same bytes, new time: a checkout, a copy, `snakemake --touch`
                 if not dry_run:
                     con.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
@@ -146,6 +151,7 @@ def record(root: str | Path = ".") -> None:
     root = Path(root)
     found = _files(root)
     with closing(_connect(root)) as con, con:
+        _take_refused(root, con)
         known = {p: (size, mtime) for p, size, mtime, _ in con.execute("SELECT * FROM files")}
         marked = dict(con.execute("SELECT * FROM damaged"))
         for rel in set(known) - set(found):
@@ -160,6 +166,39 @@ def record(root: str | Path = ".") -> None:
             elif known.get(rel) != (st.st_size, st.st_mtime_ns):
                 con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
                             (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
+
+
+def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Connection | None = None) -> list[str]:
+    """Mark artifacts a reader refused (:attr:`encmap.validation.EncmapError.refused`) as damaged
+    with their current content, so that no later :func:`record` or :func:`verify` takes them for
+    good: the next run reruns their jobs. Returns the tracked paths marked."""
+    root = Path(root).resolve()
+    marked = []
+    with (closing(_connect(root)) if con is None else _nothing(con)) as c, c:
+        for f in files:
+            p = Path(f) if Path(f).is_absolute() else root / f
+            try:
+                rel = str(p.resolve().relative_to(root))
+            except ValueError:
+                continue
+            if rel.split(os.sep, 1)[0] not in TRACKED or not p.is_file():
+                continue
+            c.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, file_sha256(p)))
+            marked.append(rel)
+    return marked
+
+
+@contextmanager
+def _nothing(con):
+    yield con
+
+
+def _take_refused(root: Path, con: sqlite3.Connection) -> None:
+    """Mark what failed jobs' readers refused (:data:`encmap.workflow.jobs.REFUSED_LOG`); clear the note."""
+    log = root / REFUSED_LOG
+    if log.exists():
+        mark_refused(root, [line for line in log.read_text(encoding="utf-8").splitlines() if line], con)
+        log.unlink()
 
 
 def _flag(argv: list[str], long: tuple[str, ...], short: str) -> bool:

@@ -86,14 +86,38 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
     _local.stream = fh
     try:
         runpy.run_path(str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
-    except BaseException:
+    except BaseException as e:
         if fh:
             traceback.print_exc(file=fh)
+        note_refused(e)
         raise
     finally:
         _local.stream = None
         if fh:
             fh.close()
+
+
+#: Set by ``encmap repro`` for the Snakemake calls it makes: DVC records what they write.
+UNDER_DVC = "ENCMAP_UNDER_DVC"
+#: Artifacts that readers of failed jobs refused, one absolute path per line, until the run's end
+#: marks them in the ledger (:func:`encmap.workflow.integrity.record`).
+REFUSED_LOG = Path(".snakemake") / "encmap" / "refused.txt"
+
+
+def note_refused(error: BaseException) -> None:
+    """A job failed: the artifacts its readers refused (:attr:`EncmapError.refused`) are noted, so
+    that the run's end records none of them as good (the Snakemake route's ledger; under DVC,
+    DVC hashes every output itself). An append to a file: safe from any job process or thread."""
+    refused = getattr(error, "refused", ())
+    if not refused or os.environ.get("DVC_STAGE") or os.environ.get(UNDER_DVC):
+        return
+    try:
+        log = Path.cwd() / REFUSED_LOG
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "a", encoding="utf-8") as f:
+            f.write("".join(f"{Path(r).resolve()}\n" for r in refused))
+    except OSError as e:  # never hide the job's own error
+        sys.stderr.write(f"encmap: could not note the refused files {refused}: {e}\n")
 
 
 def _proc_stat(pid: int) -> tuple[int, int] | None:
@@ -133,6 +157,13 @@ def guard_script_job(poll_seconds: float = 1.0) -> None:
     from ..io import set_job_start
 
     set_job_start(time.time_ns())
+    hook = sys.excepthook
+
+    def refuse_then_report(kind, error, tb):  # a failing script job's refused inputs, as in_process does
+        note_refused(error)
+        hook(kind, error, tb)
+
+    sys.excepthook = refuse_then_report
     watched = snakemake_ancestors()
     if not watched:
         return

@@ -327,6 +327,9 @@ def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_
 
     t0 = time.perf_counter()
     params = load_params(root / "params.yaml")  # validated: a refused value stops here
+    from ..params import check_mteb_targets
+
+    check_mteb_targets(params, str(root / "params.yaml"))
     # The digests and slices decide which stages a change touches: written first (only
     # the files whose text changed), then one `dvc status` sees their effect.
     would_change: set[str] = set()

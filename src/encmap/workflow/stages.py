@@ -2,7 +2,7 @@
 
 Everything that names a stage's files or values reads this registry:
 
-- ``dvc.yaml`` is generated from it whole (:func:`dvc_yaml`, ``encmap deps --write``; a test
+- ``dvc.yaml`` is generated from it whole (:func:`encmap.workflow.deps.dvc_yaml`, ``encmap deps --write``; a test
   fails when the committed file differs). Each stage's DVC deps are its data deps, the sources
   params name (curate's corpora, regress's score tables and MTEB results), its code digest and
   its params slice; its outs, metrics and plots are :attr:`Stage.tracks`.
@@ -287,73 +287,3 @@ def all_targets(config: dict) -> list[str]:
         for value in st.outputs(config).values():
             out += [value.format(model=m) for m in sorted(config["models"])] if st.per_model else [value]
     return list(dict.fromkeys(out))
-
-
-# ---------------------------------------------------------------------------------- dvc.yaml
-
-_HEADER = """\
-# GENERATED from the stage registry (src/encmap/workflow/stages.py) and params.yaml by
-# `encmap deps --write`; do not edit by hand (tests/test_deps.py fails when it differs).
-#
-# DVC decides what is stale (per model); Snakemake executes. Every stage's command is `encmap
-# stage`: it reads which stage it is from DVC_STAGE (set by DVC; `embed@<model>` for a per-model
-# stage), validates params.yaml and runs that stage's Snakemake targets with --force (DVC has
-# decided they must run), --allowed-rules its rule (so Snakemake never runs another stage's job),
-# --rerun-incomplete (a killed run never blocks the next) and --nolock (DVC already locks what each
-# stage writes; Snakemake's own directory lock would survive a killed run). DVC interpolates no
-# value into any command: a params value never reaches a shell. pip and features are one Snakemake
-# job per encoder, run in parallel or sent to SLURM (SNAKEMAKE_PROFILE=profiles/slurm dvc repro); the
-# per-encoder directories they fill are pruned of dropped variants first.
-# Every output persists: DVC never deletes one before its stage runs, Snakemake keeps them while a
-# job runs (every rule's outputs are update()) and puts them back if it fails, and each step
-# replaces its outputs atomically: a stage that fails or is interrupted leaves the previous
-# results in place (docs/pipeline.md).
-#
-# deps: every file whose change can change a stage's outputs, and no other: its data, the files
-# params name (curate's sources, regress's score tables and MTEB results: `encmap deps --write`
-# after changing them), and its code digest `results/code/<stage>.sha256`, written by the `code`
-# stage: the SHA-256 of every file its rule and script run and of the exact library stack
-# (requirements/lock.txt). params: each stage's slice `results/params/<stage>.json` (per model for
-# embed and evaluate), written by the `params` stage from params.yaml, which it tracks whole (so
-# `dvc params diff` and `dvc exp run -S` work as ever): DVC parses a params file once per stage
-# that lists it, which made `dvc status` of a 1,101-model map take over an hour.
-"""
-
-
-def _dvc_path(path: str, per_model: bool) -> str:
-    return path.replace("{set}", "${sentences.set}").replace("{model}", "${key}" if per_model else "{model}")
-
-
-def dvc_yaml(config: dict, code_roots: tuple[str, ...], slicer: tuple[str, ...]) -> str:
-    """The whole text of ``dvc.yaml`` for the registry and ``config`` (params.yaml).
-
-    ``code_roots``: what the ``code`` stage depends on; ``slicer``: the ``params`` stage's code.
-    """
-    from .deps import digest_path, slice_path
-
-    out = [_HEADER, "stages:\n", "  code:\n", "    cmd: encmap deps --digest\n", "    deps:\n"]
-    out += [f"      - {p}\n" for p in code_roots]
-    out += ["    outs:\n"] + [f"      - {digest_path(s)}\n" for s in STAGES] + ["\n"]
-    out += ["  params:\n", "    cmd: encmap params-slices\n", "    deps:\n"] + [f"      - {p}\n" for p in slicer]
-    out += [
-            "    params:\n", "      - params.yaml:\n", "    outs:\n", "      - results/params:\n",
-            "          persist: true\n"]
-    for st in STAGES.values():
-        ind = "      " if st.per_model else "    "
-        out += ["\n", f"  # {st.doc}\n", f"  {st.name}:\n"]
-        if st.per_model:
-            out += ["    foreach: ${models}\n", "    do:\n"]
-        out += [f"{ind}cmd: encmap stage\n", f"{ind}deps:\n"]
-        deps = [_dvc_path(d, st.per_model) for d in st.deps] + list(st.sources(config)) + [digest_path(st.name)]
-        deps += [slice_path(st.name)] if st.params else []
-        out += [f"{ind}  - {d}\n" for d in dict.fromkeys(deps)]
-        for kind in ("outs", "metrics", "plots"):
-            tracks = [t for t in st.tracks if t.kind == kind]
-            if tracks:
-                out.append(f"{ind}{kind}:\n")
-            for t in tracks:
-                out.append(f"{ind}  - {_dvc_path(t.path, st.per_model)}:\n")
-                out += [f"{ind}      {k}: {v}\n" for k, v in (t.plot or {}).items()]
-                out += [f"{ind}      cache: false\n"] if not t.cache else []
-                out.append(f"{ind}      persist: true\n")
-    return "".join(out)
