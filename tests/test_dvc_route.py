@@ -70,14 +70,31 @@ def test_a_stage_is_recorded_only_when_its_outputs_were_made(computed, tmp_path)
     assert json.loads(run("dvc status --json", proj).stdout) == {}
 
 
-@pytest.mark.slow(minutes=2)
-@pytest.mark.parametrize("spelling", [["-pt"], ["--tou"], ["--executor", "touch"], ["--configfile", "over.yaml"],
-                                      ["--config", "map={'seed':9}"], ["--cores", "0"], ["-j", "0"], ["--forceall"],
-                                      ["--until", "embed"], ["--set-threads", "pairwise=1"], ["--allowed-rules", "map"]])
-def test_options_are_read_as_snakemake_reads_them_and_only_an_allow_list_passes(computed, tmp_path, spelling):
+REFUSED_SPELLINGS = [["-pt"], ["--tou"], ["--executor", "touch"], ["--configfile", "over.yaml"],
+                     ["--config", "map={'seed':9}"], ["--cores", "0"], ["-j", "0"], ["--forceall"],
+                     ["--until", "embed"], ["--set-threads", "pairwise=1"], ["--allowed-rules", "map"], ["--bogus"],
+                     ["-j", "all"], ["--rerun-triggers", "mtime"], ["results/map"]]
+
+
+def test_options_are_read_as_snakemake_reads_them_and_only_an_allow_list_passes():
     """Old (issue 41): -pt, --tou and --executor touch were not refused (touch mode: stale contents
     recorded); --configfile over.yaml fitted the map with seed 9 while dvc.lock recorded seed 0;
-    --cores 0 hung at 'Select jobs to execute'. Each is refused before anything runs; nothing changes."""
+    --cores 0 hung at 'Select jobs to execute'. Read by Snakemake's own parser, each is refused."""
+    from encmap.validation import EncmapError
+    from encmap.workflow.snakemake_call import check_args
+
+    for spelling in REFUSED_SPELLINGS:
+        with pytest.raises(EncmapError, match="encmap repro: "):
+            check_args(spelling)
+    for fine in ([], ["--cores", "4", "-k", "-p"], ["--profile", "profiles/slurm", "--jobs", "10"],
+                 ["--resources", "gpu=2"], ["--slurm-qos", "high"], ["--cores", "all"]):
+        check_args(fine)
+
+
+@pytest.mark.slow(minutes=1)
+@pytest.mark.parametrize("spelling", [["-pt"], ["--configfile", "over.yaml"], ["--cores", "0"]])
+def test_a_refused_option_changes_nothing(computed, tmp_path, spelling):
+    """End to end: refused before anything runs (no hang at --cores 0); outputs and dvc.lock unchanged."""
     proj = copy(computed, tmp_path)
     (proj / "over.yaml").write_text("map: {seed: 9}\n")
     edit_params(proj, "models.ctl-0003.seed", 99)

@@ -19,6 +19,7 @@ things decide it, both from Snakemake itself rather than from what is on disk af
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import json
@@ -41,12 +42,21 @@ ALLOWED = frozenset({
     "shared_fs_usage", "local_storage_prefix", "remote_job_local_storage_prefix", "max_inventory_time",
     "debug",
 })
-#: Options encmap repro sets itself (the profile may say them too).
-OWN = frozenset({"rerun_incomplete", "nolock", "force", "rerun_triggers", "allowed_rules", "targets"})
+#: Options encmap repro sets itself to the same effect (the default profile says rerun-incomplete
+#: too). Its targets, --allowed-rules and --rerun-triggers are its own: a user's would replace them.
+OWN = frozenset({"rerun_incomplete", "nolock", "force"})
 #: Executor plugins' own options (``--slurm-...``): where and how jobs are submitted.
 PLUGIN_PREFIXES = ("slurm_", "cluster_generic_", "kubernetes_", "googlebatch_", "lsf_", "pbs_", "aws_batch_")
 #: Executors that run no job.
 NO_JOB_EXECUTORS = ("touch", "dryrun")
+
+
+@functools.lru_cache(maxsize=1)
+def _parser():
+    """Snakemake's own argument parser (built once: it loads every plugin, ~2 s of CPU)."""
+    from snakemake.cli import get_argument_parser
+
+    return get_argument_parser()
 
 
 def _allowed(dest: str) -> bool:
@@ -69,16 +79,19 @@ def check_args(args: list[str]) -> None:
 
     Raises :class:`EncmapError` naming the option (as the user wrote it where it can be found) and why.
     """
-    from snakemake.cli import get_argument_parser
-
-    parser = get_argument_parser()
+    if not args:
+        return
+    parser = _parser()
     err = io.StringIO()
     try:
         with contextlib.redirect_stderr(err):
             given = vars(parser.parse_args(args))
     except SystemExit:
         why = err.getvalue().strip().splitlines()[-1:] or ["not a Snakemake option"]
-        raise EncmapError(f"encmap repro: Snakemake cannot read the options {' '.join(args)!r}: {why[0]}") from None
+        raise EncmapError(f"encmap repro: Snakemake cannot read the options {' '.join(args)!r}: "
+                          f"{why[0].removeprefix('-: ')}") from None
+    except Exception as e:  # noqa: BLE001 (a value Snakemake's own parser refuses: -j all)
+        raise EncmapError(f"encmap repro: Snakemake cannot read the options {' '.join(args)!r}: {e}") from None
     default = vars(parser.parse_args([]))
     for dest, value in given.items():
         if value == default.get(dest):
@@ -110,14 +123,15 @@ def check_profiles(args: list[str], root: Path, environ: dict | None = None) -> 
     """Refuse a profile (the ``--profile`` given, else ``SNAKEMAKE_PROFILE``, and the workflow's
     ``profiles/default``) whose keys are not options :func:`check_args` would pass."""
     import yaml
-    from snakemake.cli import get_argument_parser
 
     env = os.environ if environ is None else environ
-    parsed = vars(get_argument_parser().parse_args(args))
-    names = [parsed["profile"] or env.get("SNAKEMAKE_PROFILE")]
-    files = [profile_file(n, root) for n in names if n]
-    files.append(profile_file("profiles/default", root) if parsed.get("workflow_profile") in (None, "") else
-                 profile_file(parsed["workflow_profile"], root))
+    parsed = vars(_parser().parse_args(args)) if args else {"profile": None, "workflow_profile": None}
+    def names(value) -> list[str]:  # Snakemake keeps --profile as a list (several may be given)
+        return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v]
+
+    given = names(parsed.get("profile")) or names(env.get("SNAKEMAKE_PROFILE"))
+    files = [profile_file(n, root) for n in given]
+    files += [profile_file(n, root) for n in (names(parsed.get("workflow_profile")) or ["profiles/default"])]
     for f in files:
         if f is None:
             continue
