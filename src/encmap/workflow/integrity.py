@@ -218,7 +218,7 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
     """``rules/common.smk``, before the DAG is built: report damaged artifacts and rerun their jobs.
 
     Their outputs join Snakemake's ``--forcerun`` (which also makes them targets of this run). A
-    dry run (``-n``) only reports and changes nothing; ``--touch`` re-stamps every output and is
+    dry run (``-n``) lists those jobs too, and changes nothing (the ledger included); ``--touch`` re-stamps every output and is
     left alone. The
     executor (which knows both) is not set up yet when the Snakefile is read: the flags come from
     Snakemake's command line.
@@ -230,7 +230,7 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
     messages, rerun = verify(Path(workflow.basedir), dir_outputs, dry_run=dry)
     for message in messages:
         print(f"encmap: {message}" + (" (dry run: nothing changed; a run reruns it)" if dry else ""), file=sys.stderr)
-    if rerun and not dry:
+    if rerun:  # a dry run too: it lists the jobs a run would rerun (the DAG only; nothing on disk changes)
         force_rerun(workflow, rerun)
 
 

@@ -108,7 +108,11 @@ def note_refused(error: BaseException) -> None:
     """A job failed: the artifacts its readers refused (:attr:`EncmapError.refused`) are noted, so
     that the run's end records none of them as good (the Snakemake route's ledger; under DVC,
     DVC hashes every output itself). An append to a file: safe from any job process or thread."""
-    refused = getattr(error, "refused", ())
+    refused, seen = [], set()
+    while error is not None and id(error) not in seen:  # the reader's error may be wrapped by its step
+        seen.add(id(error))
+        refused += getattr(error, "refused", ())
+        error = error.__cause__ or error.__context__
     if not refused or os.environ.get("DVC_STAGE") or os.environ.get(UNDER_DVC):
         return
     try:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 
 import numpy as np
 
@@ -27,6 +28,21 @@ log = logging.getLogger("encmap")
 
 #: The smallest batch tried after out-of-memory errors; one sentence that does not fit is an error.
 MIN_BATCH = 1
+
+_IMPORT_LOCK = threading.Lock()
+
+
+def _import_libraries() -> None:
+    """Resolve transformers' lazily imported names once, under a lock. Jobs that run side by side in
+    Snakemake's threads (one per GPU) would otherwise race in transformers' lazy module: seen as
+    "ImportError: cannot import name 'AutoConfig' from 'transformers'" in one of two jobs."""
+    with _IMPORT_LOCK:
+        import sentence_transformers
+        import transformers
+
+        for name in ("AutoConfig", "AutoModel", "AutoTokenizer", "MODEL_MAPPING", "PreTrainedModel"):
+            getattr(transformers, name)
+        sentence_transformers.SentenceTransformer  # noqa: B018 (its lazy imports too)
 
 
 def torch_dtype(name: str):
@@ -72,6 +88,8 @@ def weight_bytes(model: str, spec: dict) -> int | None:
     (nothing allocated, no weights read: only its configuration); None when the configuration
     cannot be read without loading the model (the load then names the problem itself)."""
     import torch
+
+    _import_libraries()
     from transformers import AutoConfig
 
     try:
@@ -189,6 +207,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
 
     from ..pooling import pool
 
+    _import_libraries()
     if threads:
         torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     ref, prov = resolve_source(spec["source"], model)
