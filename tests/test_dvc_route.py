@@ -335,6 +335,17 @@ def test_a_file_a_reader_refused_is_never_recorded_as_good(computed, tmp_path):
     r = run("snakemake -n --cores 2", proj)
     out = r.stdout + r.stderr
     assert "Nothing to be done" not in out and "refused by a reader" in out, out[-3000:]
-    run("snakemake --cores 2", proj)
+    # Each run remakes what its readers refused (a swapped file is found when a job reads it: the
+    # first failure may stop the run before the other one is read); none is ever taken for good.
+    named = []
+    for _ in range(3):
+        r = run("snakemake --cores 2", proj, check=False)
+        if r.returncode == 0:
+            break
+        named.append(re.search(r"(results/pip/\S+\.h5): holds the PIP", r.stdout + r.stderr).group(1))
+    assert r.returncode == 0 and len(named) == len(set(named)) <= 1, named
     assert a.read_bytes() == good[a] and b.read_bytes() == good[b]
-    assert json.loads(run("dvc status --json", proj).stdout) == {}
+    # What DVC recorded holds again, but for the wall-clock timing files of the stages rerun.
+    changed = {path for st in json.loads(run("dvc status --json", proj).stdout).values() for entry in st
+               for path in entry.get("changed outs", {})}
+    assert changed and all(path.endswith("timing.json") for path in changed), changed
