@@ -31,7 +31,6 @@ import re
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -248,14 +247,6 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
         time.sleep(poll)
 
 
-_thread_device = threading.local()
-
-
-def current_job_device() -> str | None:
-    """The device :func:`job_device` gave the calling thread's job, or None outside one."""
-    return getattr(_thread_device, "device", None)
-
-
 @contextmanager
 def job_device(requested: str, *, gpu: bool, need_bytes: Callable[[], int | None] | None = None,
                what: str = "this job") -> Iterator[str]:
@@ -278,9 +269,7 @@ def job_device(requested: str, *, gpu: bool, need_bytes: Callable[[], int | None
                   memory=_cuda_memory, only=only) as i:
         previous = torch.cuda.current_device()
         torch.cuda.set_device(i)  # this thread's current device: library code that says "cuda" lands here
-        _thread_device.device = f"cuda:{i}"
         try:
             yield f"cuda:{i}"
         finally:
-            _thread_device.device = None
             torch.cuda.set_device(previous)

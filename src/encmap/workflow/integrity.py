@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from contextlib import closing, contextmanager
+from contextlib import closing, nullcontext
 from pathlib import Path
 from typing import Iterable
 
@@ -174,7 +174,7 @@ def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Con
     good: the next run reruns their jobs. Returns the tracked paths marked."""
     root = Path(root).resolve()
     marked = []
-    with (closing(_connect(root)) if con is None else _nothing(con)) as c, c:
+    with (closing(_connect(root)) if con is None else nullcontext(con)) as c, c:
         for f in files:
             p = Path(f) if Path(f).is_absolute() else root / f
             try:
@@ -186,11 +186,6 @@ def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Con
             c.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, file_sha256(p)))
             marked.append(rel)
     return marked
-
-
-@contextmanager
-def _nothing(con):
-    yield con
 
 
 def _take_refused(root: Path, con: sqlite3.Connection) -> None:

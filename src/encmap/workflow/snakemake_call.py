@@ -27,6 +27,7 @@ import os
 import sys
 from pathlib import Path
 
+from ..io import file_sha256
 from ..validation import EncmapError
 
 #: Snakemake options (their argparse ``dest``) that ``encmap repro`` passes on: where and how many
@@ -159,10 +160,7 @@ def content_digest(path: str | Path) -> str | None:
         return "dir:" + h.hexdigest()
     if not path.is_file():
         return None
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return file_sha256(path)
 
 
 def _record_finished(ledger: str) -> None:
