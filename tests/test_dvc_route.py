@@ -253,6 +253,24 @@ def test_encmap_repro_refusals_are_messages_not_tracebacks(computed, tmp_path):
     finally:
         holder.kill()
         holder.wait()
+    # Another dvc (a live process) writing inside a stale stage's output: DVC's rwlock error names
+    # the blocker once per locked path; the message names it once. Old: the same PID line 7 times.
+    edit_params(proj, "models.ctl-0003.seed", 99)
+    blocker = subprocess.Popen(["sleep", "60"])
+    try:
+        held = {str(proj / f"results/embeddings/ctl-0003/part{i}"): {"pid": blocker.pid, "cmd": "dvc repro"}
+                for i in range(7)}
+        (proj / ".dvc/tmp/rwlock").write_text(json.dumps({"read": {}, "write": held}))
+        before = tree_hashes(proj, "results/embeddings"), yaml.safe_load((proj / "dvc.lock").read_text())
+        r = run("encmap repro", proj, check=False)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and "is busy" in r.stderr, r.stderr[-2000:]
+        assert r.stderr.count(f"(PID {blocker.pid})") == 1, r.stderr[-2000:]
+        after = tree_hashes(proj, "results/embeddings"), yaml.safe_load((proj / "dvc.lock").read_text())
+        assert after[0] == before[0]  # the blocked stage did not run
+        assert after[1]["stages"]["embed@ctl-0003"] == before[1]["stages"]["embed@ctl-0003"]  # nor was it recorded
+    finally:
+        blocker.kill()
+        blocker.wait()
 
 
 @pytest.mark.slow(minutes=3)

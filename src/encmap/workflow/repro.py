@@ -317,9 +317,21 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
         with lock_repo(repo), repo.scm_context():
             return _repro(repo, root, targets, args, dry_run, log, load_params)
     except DvcException as e:  # another dvc holds the lock, an unknown stage, an output a stage did not make
-        raise EncmapError(f"encmap repro: {type(e).__name__}: {e}") from None
+        raise EncmapError(f"encmap repro: {type(e).__name__}: {dvc_message(e)}") from None
     finally:
         repo.close()
+
+
+def dvc_message(error: Exception) -> str:
+    """DVC's message, each line once: its rwlock error names a blocking process once per path it holds."""
+    seen: set[str] = set()
+    lines = []
+    for line in str(error).splitlines():
+        if line.strip() and line in seen:
+            continue
+        seen.add(line)
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_params) -> int:
