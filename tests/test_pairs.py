@@ -372,3 +372,71 @@ def test_an_edited_pair_result_is_never_reused(tmp_path):
     assert rerun() == (28, 28, 56)  # nothing of an edited file is reused
     assert {k: open(o[k], "rb").read() for k in ("qre", "cka")} | {"rbf": open(r["rbf"], "rb").read()} == good
     assert json.loads(open(s["stitches"]).read())["rows"] == good_rows
+
+
+@pytest.mark.parametrize("n", [30, 400])
+def test_device_route_derives_u_from_what_it_reads_and_equals_the_numpy_route(tmp_path, n):
+    """The GPU route, run in torch on the CPU: U derived in torch from the embeddings as read (n =
+    30: every PIP stores no basis, U is an SVD; n = 400: every PIP stores V), reads ahead in
+    threads. Same matrices as the NumPy route (itself tested against dense QRE above)."""
+    import h5py
+
+    from encmap.artifacts.pip import read_pip_source
+    from encmap.pipeline.pairwise import _pairwise, pairwise_step
+
+    run = fake_run(tmp_path / "a", n=n)
+    basis = {read_pip_source(p)[0].V is None for p in run["pips"]}
+    assert basis == {n == 30}
+    ref = _outs(tmp_path / "numpy", "qre", "cka", "timing")
+    pairwise_step(run["features"], run["pips"], ref["qre"], ref["cka"], ref["timing"], eps=1e-6, code="c")
+    dev = _outs(tmp_path / "torch", "qre", "cka", "timing")
+    _pairwise(run["features"], run["pips"], dev["qre"], dev["cka"], dev["timing"], eps=1e-6, dev="cpu",
+              block_columns=16, threads=2, memory_bytes=None, code="c", torch_device="cpu")
+    for k, keys in (("qre", ["qre"]), ("cka", ["cka", "cka_debiased"])):
+        with h5py.File(ref[k]) as a, h5py.File(dev[k]) as b:
+            for key in keys:
+                np.testing.assert_allclose(b[key][...], a[key][...], rtol=1e-9, atol=1e-12)
+    timing = json.loads(open(dev["timing"]).read())
+    assert timing["pairs_computed"] == 28 and 0 <= timing["waiting_for_reads_seconds"] <= timing["step_seconds"]
+
+
+def test_device_route_refuses_a_pip_whose_svd_gives_another_spectrum(tmp_path):
+    """A stored λ that the embeddings' SVD does not give back is refused by the device route as by
+    the CPU one, naming the artifact; nothing is written."""
+    import h5py
+
+    from encmap.pipeline.pairwise import _pairwise
+
+    run = fake_run(tmp_path / "a", n=30)
+    with h5py.File(run["pips"][3], "r+") as f:
+        lam = f["lam"][...]
+        f["lam"][...] = np.sort(np.r_[lam[:-2], lam[-2:].sum() / 2, lam[-2:].sum() / 2])[::-1]
+    o = _outs(tmp_path / "torch", "qre", "cka", "timing")
+    with pytest.raises(EncmapError, match=r"m0__3.*another spectrum than the stored rank"):
+        _pairwise(run["features"], run["pips"], o["qre"], o["cka"], o["timing"], eps=1e-6, dev="cpu",
+                  block_columns=16, threads=2, memory_bytes=None, code="c", torch_device="cpu")
+    assert not any(tmp_path.joinpath("torch").rglob("*.h5"))
+
+
+def test_prefetch_reads_in_order_at_most_ahead_and_rereads_what_was_taken(monkeypatch):
+    """Reads run in the given order, never more than `ahead` beyond the last one taken; a path
+    taken before is read again (the device had no room to keep its U)."""
+    import threading
+
+    from encmap.pipeline import pairwise as pw
+
+    started, lock = [], threading.Lock()
+
+    def read(path):
+        with lock:
+            started.append(path)
+        return (path, {})
+
+    monkeypatch.setattr(pw, "read_pip_source", read)
+    order = [f"p{i}" for i in range(6)]
+    with pw._Prefetch(order, ahead=2, threads=4) as reads:
+        for k, p in enumerate(order):
+            assert reads.get(p) == p
+            assert len(started) <= min(k + 1 + 2, 6)
+        assert reads.get("p1") == "p1"
+    assert started == order + ["p1"]

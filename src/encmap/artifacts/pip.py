@@ -12,6 +12,7 @@ stored rank and λ. PIP files written before this format (they store U itself, n
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -62,16 +63,68 @@ def write_pip(out: str | Path, spec, emb_file: str | Path, *, dense: bool, attrs
     })
 
 
-def load_spectrum(path: str | Path):
-    """Read a stored PIP artifact back into a :class:`~encmap.qre.spectrum.Spectrum` (U derived) and its attributes."""
-    from ..qre.spectrum import factor_pip, prepare_embeddings, spectrum_from_arrays, spectrum_from_right_vectors
+@dataclass(frozen=True)
+class PipSource:
+    """A stored PIP as read and checked, before U (n, r) is derived (:func:`read_pip_source`).
+
+    ``A`` (n, d) float64: the embeddings exactly as factored; ``V`` (d, r): the stored right
+    singular vectors, U = A V diag(σ)⁻¹ with σ² = λ tr M; no ``V``: U is A's leading r left
+    singular vectors, which must give back the stored λ (:meth:`check_spectrum`). ``U``: the
+    earlier format, U itself. :meth:`spectrum` derives U here (NumPy); the pairwise step on a
+    GPU derives it there (:mod:`encmap.similarity.blocks`), from the same fields.
+    """
+
+    lam: np.ndarray
+    trace: float
+    name: str
+    A: np.ndarray | None = None
+    V: np.ndarray | None = None
+    tol: float | None = None
+    U: np.ndarray | None = None
+
+    @property
+    def n(self) -> int:
+        return int((self.U if self.U is not None else self.A).shape[0])
+
+    def check_spectrum(self, s2: np.ndarray) -> None:
+        """Refuse a re-derived SVD (squared singular values ``s2``, descending) whose rank at the
+        stored tolerance or whose λ differ from the stored ones (beyond :data:`LAM_RTOL`)."""
+        r = self.lam.shape[0]
+        rank = int(np.count_nonzero(s2 > self.tol * s2[0])) if s2.size and s2[0] > 0 else 0
+        if rank != r or not np.allclose(s2[:r] / s2[:r].sum(), self.lam, rtol=LAM_RTOL, atol=0):
+            raise EncmapError(f"{self.name}: the SVD of its embeddings gives rank {rank} and another spectrum than "
+                              f"the stored rank {r}; rerun its pip stage")
+
+    def spectrum(self):
+        """The :class:`~encmap.qre.spectrum.Spectrum` with U derived on the CPU."""
+        from ..qre.spectrum import factor_pip, spectrum_from_arrays, spectrum_from_right_vectors
+
+        if self.U is not None:
+            return spectrum_from_arrays(self.U, self.lam, self.trace)
+        if self.V is not None:
+            return spectrum_from_right_vectors(self.A, self.V, self.lam, self.trace)
+        spec = factor_pip(self.A, tol=self.tol, name=self.name)
+        self.check_spectrum(spec.lam * spec.trace)
+        return spectrum_from_arrays(spec.U, self.lam, self.trace)
+
+
+def read_pip_source(path: str | Path) -> tuple[PipSource, dict[str, Any]]:
+    """Read a stored PIP artifact and what U is derived from, checked (its embeddings file
+    present, of the pinned sha256, of the same encoder); U itself is not derived here.
+
+    Returns
+    -------
+    PipSource, dict
+        The arrays, and the artifact's attributes.
+    """
+    from ..qre.spectrum import prepare_embeddings
 
     path = Path(path)
     _, attrs = read_h5(path, [])
     check_is_encoder(path, attrs, path.stem, "PIP", path.parent.name)
     if "basis" not in attrs:  # the earlier format: U stored
         data, attrs = read_h5(path, ["U", "lam"])
-        return spectrum_from_arrays(data["U"], data["lam"], attrs["trace"]), attrs
+        return PipSource(lam=data["lam"], trace=float(attrs["trace"]), name=str(path), U=data["U"]), attrs
     data, _ = read_h5(path, ["lam", "V"] if attrs["basis"] == "V" else ["lam"])
     emb = path.parent / attrs["embeddings"]
     name = f"encoder {attrs.get('encoder_id', path.stem)!r} ({emb})"
@@ -85,11 +138,11 @@ def load_spectrum(path: str | Path):
     check_is_encoder(emb, eattrs, path.stem, "embeddings", path.parent.name)
     A = prepare_embeddings(E["embeddings"], center=bool(attrs["center"]), normalize_rows=bool(attrs["normalize_rows"]),
                            name=name)
-    lam = data["lam"]
-    if attrs["basis"] == "V":
-        return spectrum_from_right_vectors(A, data["V"], lam, float(attrs["trace"])), attrs
-    spec = factor_pip(A, tol=float(attrs["tol"]), name=name)
-    if spec.rank != lam.shape[0] or not np.allclose(spec.lam, lam, rtol=LAM_RTOL, atol=0):
-        raise EncmapError(f"{path}: the SVD of {emb} gives rank {spec.rank} and another spectrum than the stored "
-                          f"rank {lam.shape[0]}; rerun the pip stage of {name}")
-    return spectrum_from_arrays(spec.U, lam, float(attrs["trace"])), attrs
+    return PipSource(lam=data["lam"], trace=float(attrs["trace"]), name=f"{path}: {name}", A=A,
+                     V=data["V"] if attrs["basis"] == "V" else None, tol=float(attrs["tol"])), attrs
+
+
+def load_spectrum(path: str | Path):
+    """Read a stored PIP artifact back into a :class:`~encmap.qre.spectrum.Spectrum` (U derived) and its attributes."""
+    source, attrs = read_pip_source(path)
+    return source.spectrum(), attrs

@@ -19,12 +19,14 @@ per pair runs in Python when ε > 0:
 
 (Z[i, j] = ‖(HX_i)ᵀ(HX_j)‖²_F, since (HX_i)ᵀ(HX_j) = diag(√λ_i) M_ij diag(√λ_j).)
 (``qre.PreparedSpectrum`` and ``similarity.CKAFactor`` define μ, D, a, s.) With ``device`` a
-CUDA device the block products and reductions run in torch, float64 throughout.
+CUDA device the block products and reductions run in torch, float64 throughout; given
+``sources``, each U is also derived there (one GEMM, or a QR and a small SVD), from the
+embeddings as read, so that the host only reads while the device computes.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -37,6 +39,23 @@ from .cka import CKAFactor, cka_from_product, debiased_hsic
 MEASURES = {"qre": 0.0, "cka": 1.0, "cka_debiased": 1.0}
 #: Default columns of U per block: G (R x R) stays small while the GEMMs run at BLAS's peak rate.
 BLOCK_COLUMNS = 4096
+
+
+class USource(Protocol):
+    """What an encoder's U (n, r) is derived from (e.g. :class:`encmap.artifacts.pip.PipSource`).
+
+    ``U`` itself; else ``A`` (n, d) and ``V`` (d, r): U = A V diag(σ)⁻¹, σ² = λ tr M; else ``A``
+    alone: U is A's leading r left singular vectors, whose squared singular values (all of them,
+    descending) ``check_spectrum`` must accept.
+    """
+
+    lam: np.ndarray
+    trace: float
+    A: np.ndarray | None
+    V: np.ndarray | None
+    U: np.ndarray | None
+
+    def check_spectrum(self, s2: np.ndarray) -> None: ...
 
 
 def pair_flop(ranks: Sequence[int], n: int, todo: np.ndarray) -> float:
@@ -68,11 +87,13 @@ class _Backend:
     re-sending a block per block pair would cost more PCIe time than its GEMM.
     """
 
-    def __init__(self, device: str | None, cache_bytes: float = 0.0):
+    def __init__(self, device: str | None, cache_bytes: float = 0.0,
+                 sources: Mapping[int, Callable[[], USource]] | None = None):
         self.device = device
         self.torch = None
         self.cache: dict[object, object] = {}
         self.cache_bytes = cache_bytes
+        self.sources = sources or {}
         if device is not None:
             import torch
 
@@ -108,14 +129,29 @@ class _Backend:
         return self.torch.cat([self.device_u(i, specs[i].U) for i in idx], dim=1)
 
     def device_u(self, i: int, U: np.ndarray):
-        """Encoder i's U on the device, uploaded once while the cache has room."""
+        """Encoder i's U on the device, uploaded (or derived there) once while the cache has room."""
         t = self.cache.get(i)
         if t is None:
-            t = self.asarray(U)
+            t = self.derive_u(self.sources[i]()) if i in self.sources else self.asarray(U)
             if self.cache_bytes >= t.numel() * 8:
                 self.cache[i] = t
                 self.cache_bytes -= t.numel() * 8
         return t
+
+    def derive_u(self, src: USource):
+        """U (n, r) on the device from what it is derived from: the embeddings cross the bus
+        (n d, not n r, values) and the GEMM or SVD runs there."""
+        if src.U is not None:
+            return self.asarray(src.U)
+        A = self.asarray(src.A)
+        if src.V is not None:
+            return A @ self.asarray(src.V / np.sqrt(np.asarray(src.lam, dtype=np.float64) * src.trace))
+        # A's thin SVD as a QR, then the SVD of the small d x d factor: backward stable, and
+        # A's leading left singular vectors are Q times R's.
+        Q, R = self.torch.linalg.qr(A)
+        W, s, _ = self.torch.linalg.svd(R)
+        src.check_spectrum(self.numpy(s * s))
+        return Q @ W[:, :src.lam.shape[0]]
 
     def cka_factor(self, i: int, spec: Spectrum) -> CKAFactor:
         """:class:`CKAFactor` of encoder i; its O(n r) column sums and row norms on the GPU when there is one."""
@@ -152,7 +188,8 @@ def _segments(idx: Sequence[int], ranks: Sequence[int], values: list[np.ndarray]
 
 def pair_measures(specs: Sequence[Spectrum], *, eps: float, todo: np.ndarray | None = None,
                   support_tol: float = 1e-8, block_columns: int = BLOCK_COLUMNS,
-                  device: str | None = None) -> dict[str, np.ndarray]:
+                  device: str | None = None,
+                  sources: Mapping[int, Callable[[], USource]] | None = None) -> dict[str, np.ndarray]:
     """Exact pairwise QRE and linear CKA between m encoders on the same n sentences.
 
     Parameters
@@ -169,6 +206,11 @@ def pair_measures(specs: Sequence[Spectrum], *, eps: float, todo: np.ndarray | N
         Columns of U per block (R): the GEMMs are R x n by n x R; memory 2 n R x 8 bytes.
     device : str, optional
         None: NumPy (BLAS). A torch device ("cuda", "cuda:1", also "cpu"): torch on it, float64.
+    sources : mapping of int to callable, optional
+        With a torch ``device``: encoder i's U is derived on the device from ``sources[i]()``
+        (a :class:`USource`; the call may wait for a read under way), and ``specs[i]`` needs only
+        λ and n (its U may be a zero-stride stand-in). Called in the order of ``todo``'s
+        encoders, once each while the device has room for every U.
 
     Returns
     -------
@@ -191,7 +233,9 @@ def pair_measures(specs: Sequence[Spectrum], *, eps: float, todo: np.ndarray | N
     n = specs[0].n
     prep = {i: PreparedSpectrum(specs[i], eps) for i in need}
     ranks = [s.rank for s in specs]
-    xb = _Backend(device, _cache_budget(device, [specs[i] for i in need]))
+    if sources and device is None:
+        raise EncmapError("pair_measures: U is derived from sources only on a torch device")
+    xb = _Backend(device, _cache_budget(device, [specs[i] for i in need]), sources)
     fac = {i: xb.cka_factor(i, specs[i]) for i in need}
     for a_pos, a in enumerate(blocks(ranks, block_columns)):
         for b in blocks(ranks, block_columns)[a_pos:]:
