@@ -4,7 +4,7 @@
 from pathlib import Path
 
 from encmap.device import set_gpu_limit
-from encmap.encoders.embed import gpu_request, job_threads
+from encmap.encoders.embed import forward_settings, gpu_request, job_threads
 from encmap.encoders.variants import science_spec
 from encmap.validation import check_writable
 from encmap.workflow.config import check_snakemake_config

@@ -10,6 +10,7 @@ rule embed:
         spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it
         device=config["embed"]["device"],
         degenerate=config["embed"]["degenerate"],
+        forward=forward_settings(config["embed"]),  # deterministic kernels, token batches
         on_error=config["embed"]["on_error"],  # whether a failure stops the run: changes no output
     threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; 1 for one-core backends
     priority: 1  # before evaluate: a model the pipeline makes (distilled, trained) is then made here and reused there

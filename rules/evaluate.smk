@@ -10,6 +10,7 @@ rule evaluate:
         spec=lambda wc: science_spec(config["models"][wc.model]),  # not its meta: no output depends on it
         evaluate=config["evaluate"],
         degenerate=config["embed"]["degenerate"],
+        forward=forward_settings(config["embed"]),  # the same forward pass as embed's
     conda:
         "../envs/encmap.yaml"
     threads: lambda wc: job_threads(config["models"][wc.model])  # scaled down to --cores; torch and the classifiers use exactly these

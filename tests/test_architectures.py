@@ -171,3 +171,55 @@ def test_out_of_memory_halves_the_batch_and_retries(archs, monkeypatch):
     monkeypatch.setattr(transformer, "_forward", never)
     with pytest.raises(EncmapError, match=r"model 'b': out of cpu memory with a batch of 1 sentence"):
         embed_model("b", spec, TEXTS)
+
+
+def test_token_batches_by_hand():
+    """Longest first; each batch as many sentences as fit the budget at its first (longest) length."""
+    from encmap.encoders.result import token_batches
+
+    got = token_batches(np.array([5, 3, 3, 10, 1, 30]), 10)
+    assert [b.tolist() for b in got] == [[5], [3], [0, 1], [2, 4]]  # 30 > 10 alone; 10: 1; 5: 2; 3: 3 (2 left)
+    assert sorted(np.concatenate(got).tolist()) == list(range(6))
+
+
+def test_token_batches_give_the_sentence_batches_embeddings_and_halve_on_out_of_memory(archs, monkeypatch):
+    """``batch_tokens``: batches bounded by padded tokens, not sentences (short sentences in larger
+    batches); the embeddings are the sentence-batched ones (float32 rounding apart). Out of memory,
+    the token budget is halved and recorded."""
+    spec = spec_for("bert", archs["bert"], batch_size=2)
+    ref = embed_model("b", spec, TEXTS)
+    real = transformer._forward
+    padded = []
+
+    def count(st, tok, net, batch, *args):
+        padded.append(len(batch) * max(len(tok(t)["input_ids"]) for t in batch))
+        if padded[-1] > limit:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(st, tok, net, batch, *args)
+
+    monkeypatch.setattr(transformer, "_forward", count)
+    limit = float("inf")
+    res = embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": 64})
+    assert max(padded) <= 64 and res.provenance["batch_tokens_used"] == 64
+    assert res.provenance["batches"] == len(padded) < len(TEXTS) / 2  # fewer batches than batch_size 2 makes
+    for e in ref.arrays:
+        np.testing.assert_allclose(res.arrays[e], ref.arrays[e], atol=1e-5)
+    padded.clear()
+    limit = 40  # the longest sentence alone fits; two of it do not
+    res = embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": 64})
+    assert res.provenance["batch_tokens_used"] < 64 and max(p for p in padded if p <= limit) <= limit
+    for e in ref.arrays:
+        np.testing.assert_allclose(res.arrays[e], ref.arrays[e], atol=1e-5)
+
+
+def test_the_determinism_setting_reaches_torch_and_bad_settings_are_refused(archs):
+    spec = spec_for("bert", archs["bert"])
+    try:
+        embed_model("b", spec, TEXTS, forward={"deterministic": False, "batch_tokens": None})
+        assert not torch.are_deterministic_algorithms_enabled()
+        embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": None})
+        assert torch.are_deterministic_algorithms_enabled()
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    with pytest.raises(EncmapError, match="forward settings"):
+        embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_token": 64})

@@ -351,7 +351,8 @@ def test_each_stage_lists_the_params_its_rule_reads():
                       "stitch": ["similarity.subset", "similarity.stitch"], "agreement": [], "map": ["map", "regress.predictor"],
                       "tasks": ["sentences.n", "evaluate.tasks", "evaluate.seed", "evaluate.supersense", "evaluate.gloss",
                                 "evaluate.brown", "evaluate.polarity", "evaluate.data"],
-                      "evaluate": ["models.${key} except meta", "sentences.n", "embed.degenerate", "evaluate.seed",
+                      "evaluate": ["models.${key} except meta", "sentences.n", "embed.degenerate", "embed.deterministic",
+                                   "embed.batch_tokens", "evaluate.seed",
                                    "evaluate.classification", "evaluate.retrieval_k", "evaluate.device", "evaluate.mteb"],
                       "regress": ["regress"]}
     # Every config key a rule file reads is covered by a param its stage lists.

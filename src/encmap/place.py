@@ -83,7 +83,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     from .artifacts.failures import run_model
     from .artifacts.features import encoder_record
     from .artifacts.pip import as_stored, load_spectrum
-    from .encoders.embed import embed_model, model_device
+    from .encoders.embed import embed_model, forward_settings, model_device
     from .encoders.variants import science_spec
     from .io import read_curated
     from .maps.distances import feature_distances, nearest_neighbours, same_encoder, symmetrised_qre
@@ -120,7 +120,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     # A checkpoint that cannot be loaded or embedded: an error naming the model, as in the embed step.
     res = run_model(model, "place", "stop", lambda: embed_model(model, science_spec(spec), texts,
                                                                   model_device(spec, device), threads=threads,
-                                                                  degenerate="error"))
+                                                                  degenerate="error",
+                                                                  forward=forward_settings(params["embed"])))
     ids, feats, records, spectra, profiles, entropy = [], [], [], [], [], []
     # The pip and features stages' own functions, BLAS on one thread as their jobs run
     # (encmap.workflow.jobs) and U as the stored artifact gives it back: a twin lands at distance 0.

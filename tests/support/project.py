@@ -36,7 +36,8 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                       "sources": [{"name": "wiki", "kind": "gensim-wiki", "path": None, "weight": 1.0},
                                   {"name": "mine", "kind": "file", "path": str(user_file), "weight": 1.0,
                                    "text_field": "text"}]},
-        "embed": {"device": "cpu", "degenerate": "error", "on_error": "stop"},
+        "embed": {"device": "cpu", "degenerate": "error", "on_error": "stop", "deterministic": True,
+                  "batch_tokens": None},
         "models": {
             "tiny-st": {"backend": "sentence-transformers", "source": f"path:{st_dir or model_dir}", "layers": "all",
                         "num_layers": 2, "pooling": ["mean", "cls"], "output": True, "dims": [8],

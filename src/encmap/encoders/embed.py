@@ -47,6 +47,15 @@ DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
 #: :func:`encmap.device.job_device`): torch models. ONNX Runtime's CUDA provider is optional and
 #: picks its own card, so ``onnx`` jobs take none.
 GPU_BACKENDS = ("sentence-transformers", "transformers")
+#: The ``embed`` params that set how a torch model's forward pass runs (they may change its last bits).
+FORWARD_KEYS = ("deterministic", "batch_tokens")
+#: What they are when not given (the Python API): deterministic kernels, batches of ``batch_size`` sentences.
+FORWARD_DEFAULTS = {"deterministic": True, "batch_tokens": None}
+
+
+def forward_settings(embed: dict) -> dict:
+    """The forward-pass settings of the ``embed`` params section (:data:`FORWARD_KEYS`)."""
+    return {k: embed[k] for k in FORWARD_KEYS}
 
 #: Backends whose pass runs on one core (a NumPy or Cython loop, one gensim worker): their embed
 #: and evaluate jobs reserve one core, so that two of them run side by side.
@@ -95,7 +104,8 @@ def model_job_device(model: str, spec: dict, requested: str) -> Iterator[str]:
 
 
 def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *, threads: int | None = None,
-                degenerate: str = "error", fit_texts: list[str] | None = None) -> EmbeddingResult:
+                degenerate: str = "error", fit_texts: list[str] | None = None,
+                forward: dict | None = None) -> EmbeddingResult:
     """Embed ``texts`` with every variant of one model in one pass.
 
     Parameters
@@ -117,6 +127,11 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
         For encoders fitted to a corpus (TF-IDF + SVD): fit on these (the curated sentence set)
         and embed ``texts`` with that fit, so that evaluation texts are embedded by the same
         encoder the map describes. Default: fit on ``texts`` themselves.
+    forward : dict, optional
+        Torch models' forward pass (:data:`FORWARD_KEYS`, from ``embed`` in params.yaml):
+        ``deterministic`` (torch.use_deterministic_algorithms) and ``batch_tokens`` (None:
+        batches of ``spec["batch_size"]`` sentences; an int: of as many sentences as fit that
+        many padded tokens). Default :data:`FORWARD_DEFAULTS`.
 
     Returns
     -------
@@ -130,16 +145,21 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
         raise EncmapError(f"model {model!r}: unknown backend {spec['backend']!r} (known: {sorted(BACKENDS)})")
     if degenerate not in ("error", "drop"):
         raise EncmapError(f"embed.degenerate must be 'error' or 'drop', got {degenerate!r}")
-    if spec["backend"] in ("sentence-transformers", "transformers"):
+    forward = FORWARD_DEFAULTS | (forward or {})
+    if set(forward) != set(FORWARD_KEYS):
+        raise EncmapError(f"model {model!r}: forward settings are {sorted(FORWARD_KEYS)}, got {sorted(forward)}")
+    backend = importlib.import_module(f"{LOADS_BY_NAME}.{BACKENDS[spec['backend']]}")
+    kwargs = {}
+    if spec["backend"] in GPU_BACKENDS:
         import torch
 
-        torch.use_deterministic_algorithms(True, warn_only=True)
-    backend = importlib.import_module(f"{LOADS_BY_NAME}.{BACKENDS[spec['backend']]}")
+        # Process-wide in torch; every job of a run sets the same params value.
+        torch.use_deterministic_algorithms(bool(forward["deterministic"]), warn_only=True)
+        kwargs["batch_tokens"] = forward["batch_tokens"]
+    if fit_texts is not None and getattr(backend, "FITTED", False):
+        kwargs["fit_texts"] = fit_texts
     with threadpool_limits(limits=threads):  # BLAS and OpenMP pools already loaded
-        if fit_texts is not None and getattr(backend, "FITTED", False):
-            res = backend.embed(model, spec, texts, device, threads, fit_texts=fit_texts)
-        else:
-            res = backend.embed(model, spec, texts, device, threads)
+        res = backend.embed(model, spec, texts, device, threads, **kwargs)
     for v in res.variants:
         name = f"encoder {v.id!r}"
         check_embeddings(res.arrays[v.id], name, as_float64=False)

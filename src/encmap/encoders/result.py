@@ -31,6 +31,32 @@ def length_order(texts: list[str]) -> np.ndarray:
     return np.argsort([-len(t) for t in texts], kind="stable")
 
 
+def token_batches(lengths: np.ndarray, batch_tokens: int) -> list[np.ndarray]:
+    """Batches of sentence indices, longest first, each of as many sentences as fit
+    ``batch_tokens`` padded tokens (count x its longest; a sentence longer than that alone).
+
+    Parameters
+    ----------
+    lengths : int ndarray, shape (n,)
+        Each sentence's length in tokens, as the model will see it (truncated, special tokens).
+    batch_tokens : int
+
+    Returns
+    -------
+    list of int ndarray
+        Consecutive pieces of the longest-first order (stable for ties); together every index once.
+    """
+    lengths = np.asarray(lengths)
+    order = np.argsort(-lengths, kind="stable")
+    out, start = [], 0
+    while start < len(order):
+        # Longest first: the batch's first sentence sets its padded length.
+        size = max(1, int(batch_tokens // max(1, int(lengths[order[start]]))))
+        out.append(order[start:start + size])
+        start += size
+    return out
+
+
 def unsort(parts: list[np.ndarray], order: np.ndarray) -> np.ndarray:
     """Stack batches computed in ``order`` back into the sentences' own order."""
     inv = np.empty_like(order)

@@ -16,13 +16,14 @@ from ..io import read_curated, swap_dir, write_h5
 
 def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device: str = "auto",
                threads: int | None = None, degenerate: str = "error", n: int | None = None,
-               on_error: str = "stop") -> list[str]:
+               on_error: str = "stop", forward: dict | None = None) -> list[str]:
     """Embed the sentence set with one model; write ``<outdir>/<encoder>.h5`` per variant.
 
     Every variant is computed and checked before anything is written, and the directory is
     swapped in whole, so a failing encoder leaves no partial artifact. A model that cannot be
     loaded or embedded stops the run naming it (``on_error: stop``) or leaves only a failure
     record (``skip``, :mod:`encmap.artifacts.failures`); then no encoder id is returned.
+    ``forward``: the forward-pass settings (:func:`~encmap.encoders.embed.forward_settings`).
     """
     texts, sha = read_curated(sentences_path, n)  # a bad sentence set is never one model's failure
     used = []
@@ -30,7 +31,7 @@ def embed_step(model: str, spec: dict, sentences_path: str, outdir: str, device:
     def work():
         with model_job_device(model, spec, device) as dev:  # a GPU of its own on a CUDA machine
             used.append(dev)
-            return embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate)
+            return embed_model(model, spec, texts, dev, threads=threads, degenerate=degenerate, forward=forward)
 
     res = run_model(model, "embed", on_error, work)
     if isinstance(res, str):

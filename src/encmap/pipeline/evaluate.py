@@ -24,7 +24,7 @@ DIGITS = 6
 
 def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: str, outdir: str, *,
                   evaluate: dict[str, Any], device: str = "auto", threads: int | None = None,
-                  degenerate: str = "error", n: int | None = None) -> list[str]:
+                  degenerate: str = "error", n: int | None = None, forward: dict | None = None) -> list[str]:
     """Score every encoder of one model on every task; ``<outdir>/<encoder>.json`` each.
 
     All evaluation texts are embedded in one pass of the model, with the same machinery and
@@ -33,7 +33,8 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     name join them as ``mteb:<Task>`` (:mod:`encmap.downstream.mteb_tasks`). Nothing is
     written unless every encoder is scored. A model that cannot be loaded or scored stops the run
     naming it (``evaluate.on_error: stop``) or leaves only a failure record (``skip``); the
-    regression then has no scores for its encoders.
+    regression then has no scores for its encoders. ``forward``: the forward-pass settings, as
+    the embed step's (:func:`~encmap.encoders.embed.forward_settings`).
     """
     built = read_tasks(tasks_path)
     probes, sha = read_curated(sentences, n)
@@ -46,7 +47,8 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
         # The model's GPU (its own, on a CUDA machine) is held for its passes only, not its classifiers.
         with model_job_device(model, spec, device) as dev:
             def embed(some: list[str]):
-                return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes)
+                return embed_model(model, spec, some, dev, threads=threads, degenerate=degenerate, fit_texts=probes,
+                                   forward=forward)
 
             res = embed(texts)
             online = {}
