@@ -162,9 +162,9 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     scores = list(csv.DictReader((mapped / "results/regression/scores.csv").open()))
     assert [r["encoder"] for r in scores] == fm["ids"] and set(scores[0]) == {"encoder", "model", *TASKS}
     table = list(csv.DictReader((mapped / "results/regression/table.csv").open()))
-    # qre, entropy, profile, qre+profile, tasks, qre+tasks, random: ridge and ElasticNet (entropy: ridge);
-    # dim, layer, parameters: ridge; mean
-    assert len(table) == 7 * 2 * 17
+    # qre, entropy, profile, qre+profile, head, qre+head, tasks, qre+tasks, random: ridge and ElasticNet
+    # (entropy: ridge); dim, layer, parameters: ridge; mean
+    assert len(table) == 7 * 2 * 21
     assert {r["folds"] for r in table if r["protocol"] == "grouped"} == {"4"}  # leave-one-model-out, 4 models
     metrics = json.loads((mapped / "results/regression/metrics.json").read_text())
     assert metrics["encoders"] == 11 and metrics["models"] == 4 and metrics["tasks"] == 7

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .artifacts.features import read_feature_matrix
+from .artifacts.features import SPECTRAL, read_feature_matrix
 from .io import atomic_write_text, csv_table, read_h5
 from .params import load_params, validate_params
 from .validation import EncmapError, check_id
@@ -122,7 +122,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
                                                                   model_device(spec, device), threads=threads,
                                                                   degenerate="error",
                                                                   forward=forward_settings(params["embed"])))
-    ids, feats, records, spectra, profiles, entropy = [], [], [], [], [], []
+    ids, feats, records, spectra = [], [], [], []
+    summaries: dict[str, list] = {k: [] for k in SPECTRAL}
     # The pip and features stages' own functions, BLAS on one thread as their jobs run
     # (encmap.workflow.jobs) and U as the stored artifact gives it back: a twin lands at distance 0.
     with threadpool_limits(1, user_api="blas"):
@@ -133,8 +134,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
             f = encoder_features(s, direction=direction, eps=eps)
             ids.append(v.id)
             feats.append(f["features"])
-            profiles.append(f["profile"])
-            entropy.append(f["entropy"])
+            for key in SPECTRAL:
+                summaries[key].append(f[key])
             spectra.append(s)
             records.append(encoder_record({"encoder": v.to_dict() | {"spec": spec}, "d": E.shape[1]}, spec["meta"]))
     F_new = np.vstack(feats)
@@ -162,7 +163,7 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
     predicted = _predicted_scores(root / REGRESSORS, ids, F_new, fm["attrs"], out,
-                                  {"profile": np.vstack(profiles), "entropy": np.array(entropy)})
+                                  {k: np.array(v) for k, v in summaries.items()})
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e],
                "same_as": twin_ids[i]} for i, e in enumerate(ids)]

@@ -13,14 +13,17 @@ from ..validation import EncmapError
 
 
 #: What the matrix holds beside the features of each encoder: its spectrum's summaries
-#: (:mod:`encmap.qre.spectral`): ``entropy`` (m,) and ``profile`` (m, 16).
-SPECTRAL = ("entropy", "profile")
+#: (:mod:`encmap.qre.spectral`): ``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, 32) and
+#: ``log_rank`` (m,).
+SPECTRAL = ("entropy", "profile", "head", "log_rank")
+#: Of those, the ones each encoder's features file holds as datasets (the others are attributes).
+SPECTRAL_ARRAYS = ("profile", "head")
 
 
 def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[str, Any]:
     """``results/features/qre.h5``: features (m, n), ids, encoder records, attributes, and the
-    spectral summaries (``spectral``: ``{"entropy": (m,), "profile": (m, k)}``; empty for a
-    matrix that has none, e.g. a user's own).
+    spectral summaries (``spectral``: :data:`SPECTRAL` by name, e.g. ``{"entropy": (m,),
+    "profile": (m, 16), ...}``; those it has: none for a user's own matrix).
 
     ``require_records=False``: any matrix with datasets ``features`` (m, n) and ``encoder_ids``
     (m) is read (``records`` None when it has no ``encoders``), e.g. a user's own for ``encmap

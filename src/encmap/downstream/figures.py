@@ -72,13 +72,14 @@ def draw_baselines(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from .regression import FEATURE_SETS
+    from .regression import FEATURE_SETS, NEEDS
 
+    SPECTRAL_SETS = tuple(NEEDS)
     plt.rcParams["svg.hashsalt"] = "encmap"
     plt.rcParams["text.parse_math"] = False
     protocols = [p for p in PROTOCOLS if any(r["protocol"] == p for r in rows)]
     sets = [fs for fs in FEATURE_SETS if any(r["features"] == fs and r["regressor"] == regressor for r in rows)]
-    colour = {fs: ("tab:blue" if fs == "qre" else "tab:orange" if fs in ("entropy", "profile", "qre+profile")
+    colour = {fs: ("tab:blue" if fs == "qre" else "tab:orange" if fs in SPECTRAL_SETS
                    else "tab:green" if "tasks" in fs else "0.6") for fs in sets}
     fig, axes = plt.subplots(len(tasks), len(protocols), figsize=(3.6 * len(protocols), 0.26 * len(sets) * len(tasks) + 1),
                              squeeze=False)

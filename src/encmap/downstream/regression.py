@@ -13,8 +13,10 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   siblings leak its score;
 - baselines on the very same folds: the spectrum's own summaries (:mod:`encmap.qre.spectral`):
   its von Neumann entropy (``entropy``, one number, already inside the features: they sum to
-  ln n minus it) and its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
-  both regressors), and the features together with the profile (``qre+profile``); the encoder's
+  ln n minus it), its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
+  both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy and
+  ln of the rank), and the features together with the profile (``qre+profile``) or the head
+  (``qre+head``); the encoder's
   scores on the *other* tasks (``tasks``: leave-task-out, what a leaderboard already tells), and
   the features together with them (``qre+tasks``: what the features add to it); seeded Gaussian
   features of the features' shape (both regressors), the embedding width alone, the layer index
@@ -45,10 +47,13 @@ GROUPED_BY = {"grouped": "models", "family": "families"}
 #: Fewest groups a held-out-group CV runs on (with 2, each fold holds out half the data).
 MIN_GROUPS = 3
 #: Feature sets compared: the QRE features, then the baselines.
-FEATURE_SETS = ("qre", "entropy", "profile", "qre+profile", "tasks", "qre+tasks", "random", "dim", "layer",
-                "parameters", "mean")
+FEATURE_SETS = ("qre", "entropy", "profile", "qre+profile", "head", "qre+head", "tasks", "qre+tasks", "random",
+                "dim", "layer", "parameters", "mean")
 #: Feature sets an encoder has on its own (no scores): what the fitted regressors can use.
-PREDICTORS = ("qre", "entropy", "profile", "qre+profile")
+PREDICTORS = ("qre", "entropy", "profile", "qre+profile", "head", "qre+head")
+#: The spectral summaries each spectral predictor needs (:data:`encmap.artifacts.features.SPECTRAL`).
+NEEDS = {"entropy": ("entropy",), "profile": ("profile",), "qre+profile": ("profile",),
+         "head": ("head", "entropy", "log_rank"), "qre+head": ("head", "entropy", "log_rank")}
 #: Feature sets of one column: ridge only (PCA of one column is the column).
 ONE_COLUMN = ("entropy", "dim", "layer", "parameters")
 
@@ -77,15 +82,19 @@ def join_blocks(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None
 
 def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] | None) -> list[np.ndarray]:
     """The blocks of predictor ``name`` (:data:`PREDICTORS`) for encoders with features F (m, n)
-    and spectral summaries (``entropy`` (m,), ``profile`` (m, k))."""
+    and spectral summaries (``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, k), ``log_rank``
+    (m,)). The head is one block with the entropy and the log rank: (m, k + 2)."""
     if name not in PREDICTORS:
         raise EncmapError(f"regress.predictor {name!r}: choose one of {list(PREDICTORS)}")
-    if name != "qre" and not spectral:
-        raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summaries (qre.h5 made by an "
-                          "older encmap: rerun the features and gather rules)")
-    return {"qre": lambda: [F], "entropy": lambda: [np.asarray(spectral["entropy"]).reshape(-1, 1)],
-            "profile": lambda: [spectral["profile"]],
-            "qre+profile": lambda: [F, spectral["profile"]]}[name]()
+    missing = [k for k in NEEDS.get(name, ()) if k not in (spectral or {})]
+    if missing:
+        raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summary {missing[0]!r} (qre.h5 "
+                          "made by an older encmap: rerun the features and gather rules)")
+    col = lambda k: np.asarray(spectral[k], dtype=np.float64).reshape(len(F), -1)  # noqa: E731
+    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank")])  # noqa: E731
+    return {"qre": lambda: [F], "entropy": lambda: [col("entropy")], "profile": lambda: [col("profile")],
+            "qre+profile": lambda: [F, col("profile")], "head": lambda: [head()],
+            "qre+head": lambda: [F, head()]}[name]()
 
 
 def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, int],
@@ -284,7 +293,8 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         out whole families. None, or fewer than 3 families among a task's scored encoders: that
         task has no ``family`` rows.
     spectral : dict, optional
-        ``entropy`` (m,) and ``profile`` (m, k): the spectral baselines (left out without them).
+        ``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, k), ``log_rank`` (m,): the spectral
+        baselines (each left out without its summaries).
         The leave-task-out sets (``tasks``, ``qre+tasks``) need at least 2 tasks.
     feature_sets : the sets to compare (default every one of :data:`FEATURE_SETS` there are
         data for), e.g. ``("tasks", "mean")`` for scores without features.
@@ -303,8 +313,9 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         labels["family"] = np.asarray(families).astype(str)
     base = baseline_features(records, F.shape, random_state)
     sets: dict[str, list[np.ndarray]] = {"qre": [F]} | {k: [v] for k, v in base.items()}
-    if spectral:
-        sets |= {name: predictor_blocks(name, F, spectral) for name in ("entropy", "profile", "qre+profile")}
+    if spectral:  # the spectral baselines whose summaries the matrix holds
+        sets |= {name: predictor_blocks(name, F, spectral) for name, needs in NEEDS.items()
+                 if all(k in spectral for k in needs)}
     keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))

@@ -15,7 +15,8 @@ from ..qre.features import encoder_features
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
     """QRE features (n,) of one encoder from its stored factored PIP, with its spectrum's summaries
-    (``profile`` (16,), attribute ``entropy``); a placeholder for a failed model."""
+    (datasets ``profile`` (16,) and ``head`` (32,), attributes ``entropy`` and ``log_rank``); a
+    placeholder for a failed model."""
     _, attrs = read_h5(pip_file, [])
     if attrs.get("failed"):  # the model failed under embed.on_error: skip
         check_is_encoder(pip_file, attrs, Path(pip_file).stem, "PIP", Path(pip_file).parent.name)
@@ -24,7 +25,7 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
     with threadpool_limits(threads):
         spec, attrs = load_spectrum(pip_file)  # derives U from the embeddings: part of the job's work
         f = encoder_features(spec, direction=direction, eps=eps)
-    write_h5(out, {"features": f["features"], "profile": f["profile"]}, {k: attrs.get(k, "") for k in CARRIED} | {
-        "d": int(attrs["d"]), "direction": direction, "eps": eps,
-        "qre_to_base": f["qre_to_base"], "entropy": f["entropy"], "encmap_version": __version__,
-    })
+    write_h5(out, {"features": f["features"], "profile": f["profile"], "head": f["head"]},
+             {k: attrs.get(k, "") for k in CARRIED} | {
+                 "d": int(attrs["d"]), "direction": direction, "eps": eps, "qre_to_base": f["qre_to_base"],
+                 "entropy": f["entropy"], "log_rank": f["log_rank"], "encmap_version": __version__})

@@ -12,7 +12,7 @@ import numpy as np
 from .. import __version__
 from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.failures import failure_report
-from ..artifacts.features import encoder_record
+from ..artifacts.features import SPECTRAL, SPECTRAL_ARRAYS, encoder_record
 from ..io import atomic_write_json, read_h5, write_h5
 from ..validation import EncmapError
 
@@ -21,8 +21,8 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
                 meta: dict[str, dict] | None = None) -> None:
     """Stack per-encoder features (n,) into the m x n matrix ``results/features/qre.h5``.
 
-    ``entropy`` (m,) and ``profile`` (m, 16) hold each encoder's spectral summaries (the
-    regression's spectral baselines). ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
+    ``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, 32) and ``log_rank`` (m,) hold each
+    encoder's spectral summaries (the regression's spectral baselines). ``encoders`` holds one JSON record per row (model, layer, pooling, truncation, width d and
     the model's ``meta``, given by model id from params: a description changes no computation,
     so it is read here and not carried by the per-encoder artifacts).
     Encoders marked degenerate (``embed.degenerate: drop``) are left out, named in the log,
@@ -34,7 +34,7 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
         raise EncmapError(f"{out}: no encoder feature files to gather")
     files = sorted(map(Path, feature_files), key=lambda p: p.stem)
     rows, ids, to_base, encoders, dropped = [], [], [], [], {}
-    profiles, entropy = [], []
+    spectral: dict[str, list] = {k: [] for k in SPECTRAL}
     failed: dict[str, dict[str, str]] = {}
     first: dict[str, Any] | None = None
     seen: dict[str, Path] = {}
@@ -58,11 +58,12 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
             dropped[attrs["encoder_id"]] = attrs["degenerate"]
             print(f"warning: encoder {attrs['encoder_id']!r} left off the map: {attrs['degenerate']}", file=sys.stderr)
             continue
-        if "profile" not in data:
-            raise EncmapError(f"{f}: no dataset 'profile' (features made by an older encmap); rerun the 'features' rule")
+        missing = [k for k in SPECTRAL if k not in (data if k in SPECTRAL_ARRAYS else attrs)]
+        if missing:
+            raise EncmapError(f"{f}: no {missing[0]!r} (features made by an older encmap); rerun the 'features' rule")
         rows.append(data["features"])
-        profiles.append(data["profile"])
-        entropy.append(float(attrs["entropy"]))
+        for k in SPECTRAL:
+            spectral[k].append(data[k] if k in SPECTRAL_ARRAYS else float(attrs[k]))
         ids.append(attrs["encoder_id"])
         to_base.append(float(attrs["qre_to_base"]))
         if meta is None or attrs["model"] not in meta:
@@ -77,8 +78,8 @@ def gather_step(feature_files: list[str], out: str, metrics: str | None = None, 
         raise EncmapError(f"{out}: no encoder to map: degenerate {sorted(dropped)}, failed {sorted(failed)}")
     F = np.vstack(rows)
     write_h5(out, {"features": F, "encoder_ids": np.array(ids, dtype=object), "qre_to_base": np.array(to_base),
-                   "encoders": np.array(encoders, dtype=object), "entropy": np.array(entropy),
-                   "profile": np.vstack(profiles)},
+                   "encoders": np.array(encoders, dtype=object)}
+             | {k: np.vstack(v) if k in SPECTRAL_ARRAYS else np.array(v) for k, v in spectral.items()},
              first | {"m": F.shape[0], "dropped": dropped, "failed": failed, "encmap_version": __version__})
     if failures:
         atomic_write_json(failures, {"failures": report})

@@ -75,11 +75,13 @@ def encoder_features(spec: ArrayOrSpectrum, *, direction: str, eps: float) -> di
     """Everything the ``features`` stage (and ``encmap place``) derives from one encoder's spectrum.
 
     Returns ``features`` (n,): :func:`qre_features`; ``qre_to_base``: :func:`qre_to_base`;
-    ``profile`` (16,) and ``entropy``: the spectrum's own summaries
-    (:mod:`encmap.qre.spectral`, the regression's spectral baselines).
+    ``profile`` (16,), ``head`` (32,), ``entropy`` and ``log_rank`` (ln r): the spectrum's own
+    summaries (:mod:`encmap.qre.spectral`, the regression's spectral baselines).
     """
-    from .spectral import spectral_profile, von_neumann_entropy
+    from .spectral import spectral_head, spectral_profile, von_neumann_entropy
 
+    spec = as_spectrum(spec)
     return {"features": qre_features(spec, direction=direction, eps=eps),
             "qre_to_base": qre_to_base(spec, direction=direction, eps=eps),
-            "profile": spectral_profile(spec, eps=eps), "entropy": von_neumann_entropy(spec, eps=eps)}
+            "profile": spectral_profile(spec, eps=eps), "head": spectral_head(spec, eps=eps),
+            "entropy": von_neumann_entropy(spec, eps=eps), "log_rank": float(np.log(spec.rank))}
