@@ -156,6 +156,10 @@ def main(argv: list[str] | None = None) -> int:
             from .params import check_mteb_targets
 
             check_mteb_targets(params, args.params)
+        if args.cmd == "check":
+            from .params import check_api_keys
+
+            check_api_keys(params, args.params)
         if args.cmd == "params-slices":
             from .workflow.deps import write_slices
 

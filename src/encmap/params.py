@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import sys
 from importlib import resources
@@ -124,6 +125,16 @@ def check_mteb_targets(params: dict, where: str = "params") -> None:
     from .downstream.mteb_results import check_targets
 
     check_targets(params["regress"]["mteb"], where)
+
+
+def check_api_keys(params: dict, where: str = "params") -> None:
+    """Every ``openai`` model's key variable is set (its value is never read here or shown)."""
+    unset = [(m, s["api_key_env"]) for m, s in params["models"].items()
+             if s["backend"] == "openai" and not os.environ.get(s["api_key_env"])]
+    if unset:
+        raise EncmapError(f"{where}: model {unset[0][0]!r}: its API key variable {unset[0][1]} (api_key_env) is not set"
+                          + (f" (nor are {len(unset) - 1} other models' keys)" if len(unset) > 1 else "")
+                          + "; export it before the run")
 
 
 def check_counts(params: dict, m: int, where: str = "params") -> None:

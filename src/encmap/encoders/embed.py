@@ -37,6 +37,7 @@ BACKENDS = {
     "wordllama": "wordllama",
     "spacy": "spacy_pipeline",
     "model2vec-distill": "model2vec_distill",
+    "openai": "openai_api",
     "gensim": "gensim_trained",
 }
 

