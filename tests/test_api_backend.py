@@ -58,7 +58,7 @@ def isolated(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow(minutes=1)
-def test_the_api_encoder_equals_its_local_twin_and_a_rerun_sends_nothing(proxy, caplog):
+def test_the_api_encoder_equals_its_local_twin_and_a_rerun_sends_nothing(proxy, caplog, capsys):
     caplog.set_level(logging.INFO)
     res = embed_model("mini-api", api_spec(proxy.url), TEXTS)
     local = embed_model("mini", LOCAL, TEXTS)
@@ -67,12 +67,14 @@ def test_the_api_encoder_equals_its_local_twin_and_a_rerun_sends_nothing(proxy, 
         np.testing.assert_allclose(res.arrays[a], local.arrays[b], rtol=0, atol=1e-6)
     p = res.provenance
     assert p["texts_sent"] == 48 and p["texts_cached"] == 0 and p["requests"] == 1 + 6  # probes + 48 / 8
-    assert p["tokens"] > 0 and f"tokens used: {p['tokens']}" in caplog.text
+    err = capsys.readouterr().err
+    assert p["tokens"] > 0 and f"48 texts, 0 from the cache, 48 sent in 7 requests" in err
+    assert f"tokens used: {p['tokens']}" in err
     sent = proxy.requests
     again = embed_model("mini-api", api_spec(proxy.url, base_url=proxy.url, concurrency=1), TEXTS)
     assert proxy.requests == sent and again.provenance["texts_sent"] == 0  # all from the cache: nothing sent
     assert np.array_equal(again.arrays["mini-api__out"], res.arrays["mini-api__out"])
-    assert KEY not in caplog.text and KEY not in json.dumps(p)
+    assert KEY not in caplog.text + err + capsys.readouterr().err and KEY not in json.dumps(p)
 
 
 @pytest.mark.slow(minutes=2)
@@ -187,6 +189,7 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     rows = {r["encoder"]: r for r in csv.DictReader((proj / "results/map/coords.csv").open())}
     assert (rows["minilm-api__out"]["x"], rows["minilm-api__out"]["y"]) == (rows["minilm-l6__out"]["x"],
                                                                         rows["minilm-l6__out"]["y"])
+    assert "tokens used: " in (proj / "logs/embed/minilm-api.log").read_text()  # the run's log says what it cost
     run("encmap repro", proj)  # DVC records what Snakemake made
     leaked = [str(f) for f in proj.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
     assert not leaked, leaked

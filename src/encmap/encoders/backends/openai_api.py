@@ -40,6 +40,7 @@ import logging
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -343,10 +344,10 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
             got.update({keys[i]: e for i, e in zip(p, E)})
         full = np.vstack([got[k] for k in keys]) if texts else np.zeros((0, fetch.width or 0), np.float32)
         tokens = fetch.tokens if fetch.tokens_reported else None
-        log.info("model %r: %d texts, %d from the cache, %d sent in %d requests with the drift probes (%.1f s), "
-                 "tokens used: %s",
-                 model, len(texts), len(texts) - len(todo), len(todo), fetch.requests, time.perf_counter() - t0,
-                 tokens if tokens is not None else "not reported")
+        # To stderr, which is the job's log (logs/embed/<model>.log): what the run cost.
+        print(f"encmap: model {model!r}: {len(texts)} texts, {len(texts) - len(todo)} from the cache, {len(todo)} sent "
+              f"in {fetch.requests} requests with the drift probes ({time.perf_counter() - t0:.1f} s), tokens used: "
+              f"{tokens if tokens is not None else 'not reported'}", file=sys.stderr)
         prov = {"api_model": spec["model"], "revision": spec["revision"], "dimensions": spec["dimensions"],
                 "base_url": spec["base_url"], "texts_cached": len(texts) - len(todo), "texts_sent": len(todo),
                 "requests": fetch.requests, "tokens": tokens, "width": int(full.shape[1])} | drift
