@@ -170,7 +170,7 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     assert metrics["encoders"] == 11 and metrics["models"] == 4 and metrics["tasks"] == 7
     assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
-    assert len(preds) == 11 * 7 * 2 * 17
+    assert len(preds) == 11 * 7 * 2 * 21
     assert metrics["predictor"] == "qre" and (mapped / "results/regression/figures/baselines.png").is_file()
     pred = predict_scores(mapped / "results/regression/regressors.h5", fm["F"], fm["attrs"])
     assert set(pred) == set(TASKS) and all(np.isfinite(v["ridge"]).all() for v in pred.values())
