@@ -94,11 +94,13 @@ class Proxy:
     ``pass``; ``429`` (the first ``count`` requests get 429 with Retry-After: 0); ``reverse`` (data
     in reverse order, indices kept); ``bad-index`` (the last item's index repeats the first's);
     ``width`` (one vector one value short); ``reject`` (400 for any batch holding ``marker``);
-    ``perturb`` (every vector moved: another model under the same name). ``requests``: how many
+    ``perturb`` (every vector moved: another model under the same name); the rewriting modes spare
+    the first ``after`` requests. ``requests``: how many
     POSTs reached the proxy; ``texts``: how many inputs they carried."""
 
     def __init__(self, upstream: str):
         self.upstream, self.mode, self.count, self.marker = upstream, "pass", 0, "\x00"
+        self.after = 0  # rewriting modes leave requests up to this count (e.g. the drift probes) alone
         self.requests, self.texts, self.refused = 0, 0, 0
         proxy = self
 
@@ -128,6 +130,7 @@ class Proxy:
                         proxy.requests += 1
                         proxy.texts += len(json.loads(body).get("input", []))
                         storm = proxy.mode == "429" and proxy.refused < proxy.count
+                        rewrite = proxy.requests > proxy.after
                         if storm:
                             proxy.refused += 1
                     if storm:
@@ -145,7 +148,8 @@ class Proxy:
                     code, payload = e.code, e.read()
                 except (urllib.error.URLError, OSError):
                     return self._send(502, b'{"error": {"message": "upstream down"}}')
-                if body is not None and code == 200 and proxy.mode in ("reverse", "bad-index", "width", "perturb"):
+                if body is not None and code == 200 and rewrite and proxy.mode in ("reverse", "bad-index", "width",
+                                                                                 "perturb"):
                     data = json.loads(payload)
                     items = data["data"]
                     if proxy.mode == "reverse":

@@ -151,10 +151,12 @@ def _client(spec: dict, key: str):
     return openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
 
 
-def _vectors(model: str, response, count: int, width: int | None, first: int) -> tuple[np.ndarray, int | None]:
-    """The response's vectors (count, d) in input order, checked; its tokens (None if not reported)."""
+def _vectors(model: str, response, count: int, width: int | None, first: int | None) -> tuple[np.ndarray, int | None]:
+    """The response's vectors (count, d) in input order, checked; its tokens (None if not reported).
+    ``first``: the index of the batch's first input (None: the drift probes)."""
     data = list(response.data)
-    where = f"model {model!r}: the endpoint's response to inputs {first}-{first + count - 1}"
+    what = "the drift probes" if first is None else f"inputs {first}-{first + count - 1}"
+    where = f"model {model!r}: the endpoint's response to {what}"
     idx = [int(d.index) for d in data]
     if len(data) != count or sorted(idx) != list(range(count)):
         raise EncmapError(f"{where} holds {len(data)} embeddings with indices {sorted(idx)[:8]}..., expected one per "
@@ -184,7 +186,8 @@ def _refusal(model: str, spec: dict, e, first: int) -> EncmapError:
         return EncmapError(f"model {model!r}: the endpoint {spec['base_url']} refused the key in ${spec['api_key_env']} "
                            f"(HTTP {status}: {message}); nothing was written")
     if isinstance(e, openai.APIStatusError):
-        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at input {first}: {message}")
+        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at "
+                           f"{first if isinstance(first, str) else f'input {first}'}: {message}")
     return EncmapError(f"model {model!r}: no answer from {spec['base_url']} after {MAX_RETRIES} retries "
                        f"({type(e).__name__}: {message})")
 
@@ -224,17 +227,17 @@ class Fetcher:
             self.requests += 1
         return self.client.embeddings.create(model=self.spec["model"], input=texts, encoding_format="float", **kw)
 
-    def batch(self, texts: list[str], first: int, keep: bool = True) -> np.ndarray:
-        """Vectors (b, d) of ``texts`` (inputs ``first``...); cached when ``keep``."""
+    def batch(self, texts: list[str], first: int | None, keep: bool = True) -> np.ndarray:
+        """Vectors (b, d) of ``texts`` (inputs ``first``...; None: the drift probes); cached when ``keep``."""
         import openai
 
         try:
             response = self.call(texts)
         except openai.APIStatusError as e:
             if 400 <= (e.status_code or 0) < 500 and e.status_code not in (401, 403, 429) and len(texts) > 1:
-                bad, err = _first_bad(self.call, texts, first)
+                bad, err = _first_bad(self.call, texts, first or 0)
                 raise _refusal(self.model, self.spec, err or e, bad) from None
-            raise _refusal(self.model, self.spec, e, first) from None
+            raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes") from None
         except openai.APIError as e:  # connection errors and timeouts, once the client's retries are spent
             raise _refusal(self.model, self.spec, e, first) from None
         E, tokens = _vectors(self.model, response, len(texts), self.width, first)
@@ -324,7 +327,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         fetch = Fetcher(model, spec, cache)
         drift = {}
         if todo:  # nothing to send, nothing sent: the probes go only with real work
-            drift = check_drift(model, spec, fetch.batch(list(PROBES), 0, keep=False), fingerprints)
+            drift = check_drift(model, spec, fetch.batch(list(PROBES), None, keep=False), fingerprints)
             if "drift" in drift and have:
                 raise EncmapError(f"model {model!r}: the endpoint's model {spec['model']!r} (revision "
                                   f"{spec['revision']!r}) changed since {drift['first_seen']}, and the cache holds "
