@@ -30,10 +30,9 @@ check_writable(workflow.basedir)
 set_gpu_limit(workflow)
 
 MODELS = sorted(config["models"])
-# Rules with `run:` (embed, evaluate, pip, features, gather) run their scripts/ adapter in Snakemake's
-# own process (encmap.workflow.jobs.in_process, with force-use-threads in the profiles): a fresh
-# interpreter per job cost ~1 s of CPU, most of the pipeline's time on many small encoders, and
-# ~12 s in every evaluate job of a torch model (torch, transformers, sentence-transformers, sklearn).
+# Rules with `run:` (embed, pip, features, gather) run their scripts/ adapter in Snakemake's own
+# process (encmap.workflow.jobs.in_process, with force-use-threads in the profiles): a fresh
+# interpreter per job cost ~1 s of CPU, most of the pipeline's time on many small encoders.
 SCRIPTS = Path(workflow.basedir) / "scripts"
 
 

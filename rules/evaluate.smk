@@ -18,7 +18,5 @@ rule evaluate:
         "logs/evaluate/{model}.log",
     resources:
         gpu=lambda wc: gpu_request(config["models"][wc.model], config["evaluate"]["device"]),  # a card of its own; 0 on the CPU
-    run:
-        from encmap.workflow.jobs import in_process
-
-        in_process(SCRIPTS / "evaluate.py", input, output, params, wildcards, threads, log, resources)
+    script:
+        "../scripts/evaluate.py"

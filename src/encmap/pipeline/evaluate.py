@@ -24,8 +24,7 @@ DIGITS = 6
 
 def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: str, outdir: str, *,
                   evaluate: dict[str, Any], device: str = "auto", threads: int | None = None,
-                  degenerate: str = "error", n: int | None = None, forward: dict | None = None,
-                  workers: int | None = None) -> list[str]:
+                  degenerate: str = "error", n: int | None = None, forward: dict | None = None) -> list[str]:
     """Score every encoder of one model on every task; ``<outdir>/<encoder>.json`` each.
 
     All evaluation texts are embedded in one pass of the model, with the same machinery and
@@ -35,9 +34,7 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
     written unless every encoder is scored. A model that cannot be loaded or scored stops the run
     naming it (``evaluate.on_error: stop``) or leaves only a failure record (``skip``); the
     regression then has no scores for its encoders. ``forward``: the forward-pass settings, as
-    the embed step's (:func:`~encmap.encoders.embed.forward_settings`). ``threads``: cores for the
-    forward pass (None: no limit); ``workers``: processes for the classifiers (default ``threads``;
-    the scores do not depend on either).
+    the embed step's (:func:`~encmap.encoders.embed.forward_settings`).
     """
     built = read_tasks(tasks_path)
     probes, sha = read_curated(sentences, n)
@@ -60,11 +57,10 @@ def evaluate_step(model: str, spec: dict[str, Any], tasks_path: str, sentences: 
 
                 online = run_mteb(mteb_tasks(evaluate["mteb"]["tasks"]), [v.id for v in res.variants],
                                   lambda some: embed(some).arrays, split=evaluate["mteb"]["split"])
-        # Each variant's classifiers on one BLAS thread, variants side by side in `workers` processes.
+        # Each variant's classifiers on one BLAS thread, variants side by side in `threads` processes.
         return res, online, map_single_threaded(partial(score_tasks, tasks=tasks, rows=rows, params=evaluate,
                                                         random_state=evaluate["seed"]),
-                                                [res.arrays[v.id] for v in res.variants],
-                                                threads if workers is None else workers)
+                                                [res.arrays[v.id] for v in res.variants], threads)
 
     done = run_model(model, "evaluate", evaluate["on_error"], score)
     if isinstance(done, str):

@@ -19,9 +19,7 @@ Threads: BLAS thread counts are process-wide, so jobs sharing a process cannot e
 own without racing (and a different count changes the last bits of an SVD: artifacts must
 reproduce byte for byte). In-process jobs therefore run NumPy/SciPy's BLAS on one thread each,
 set once for the process, and get ``threads=None`` (no per-job limit); Snakemake runs as many of
-them side by side as there are cores. Torch keeps its own pool (``torch.set_num_threads``). Work in
-worker processes is another matter: a job may start as many as the cores it was scheduled
-(``snakemake.workers``), e.g. evaluate's classifiers.
+them side by side as there are cores. Torch keeps its own pool (``torch.set_num_threads``).
 """
 
 from __future__ import annotations
@@ -67,9 +65,7 @@ class _ThreadStderr(io.TextIOBase):
 def in_process(script: str | Path, input, output, params, wildcards, threads, log, resources=None) -> None:
     """Run ``script`` (a rule's adapter) in this process with a ``snakemake`` object; stderr to ``log[0]``.
 
-    ``threads`` (the rule's, what Snakemake scheduled) is not passed on as ``threads``: see the
-    module's note. It is the job's ``workers``: how many worker processes (each with its own BLAS
-    pool, :func:`encmap.parallel.map_single_threaded`) the job may keep busy.
+    ``threads`` (the rule's, what Snakemake scheduled) is not passed on: see the module's note.
     """
     global _blas_limit
     script = Path(script)
@@ -85,7 +81,7 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
         if str(script.parent) not in sys.path:  # the adapters import their _job helper
             sys.path.insert(0, str(script.parent))
     job = SimpleNamespace(input=input, output=output, params=params, wildcards=wildcards, threads=None,
-                          workers=threads, log=log, resources=resources, in_process=True)
+                          log=log, resources=resources, in_process=True)
     fh = open(log[0], "w", buffering=1) if log else None
     _local.stream = fh
     try:
