@@ -344,9 +344,9 @@ def main(argv: list[str] | None = None) -> dict:
 
 def save(res: dict, path: Path) -> None:
     """Every measurement so far, replacing the file whole (never half-written)."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(res, indent=1, default=float))
-    tmp.replace(path)
+    from encmap.io import atomic_write_text
+
+    atomic_write_text(path, json.dumps(res, indent=1, default=float))
 
 
 if __name__ == "__main__":

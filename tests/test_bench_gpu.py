@@ -63,7 +63,7 @@ def test_a_cut_short_run_keeps_what_it_measured(tmp_path):
                                                             "time_vs_encode": 1.2, "time_vs_encode_pass_only": 1.8}}}}
     bench.save(res, tmp_path / "gpu.json")
     assert json.loads((tmp_path / "gpu.json").read_text()) == res
-    assert not (tmp_path / "gpu.json.tmp").exists()
+    assert [f.name for f in tmp_path.iterdir()] == ["gpu.json"]  # no temporary left beside it
     lines = bench.summary(res)
     assert "cut short" in lines[0] and len(lines) == 2 and "1.20x encode's time" in lines[1]
     assert bench.vs_encode({"seconds": 3.0}, {"seconds": 2.0, "load_seconds": 1.0}) == {
