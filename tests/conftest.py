@@ -37,6 +37,43 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -longest[item.path])
 
 
+def pytest_xdist_make_scheduler(config, log):
+    """``--dist loadfile`` that keeps the longest files on different workers (longest first).
+
+    xdist's worker starts a test only once it knows the next one (for fixture teardown), so its
+    scheduler tops a worker up whenever two or fewer of its tests are pending: a worker given a
+    one-test file (``test_dvc``) was given the next longest file with it, and ran the two one
+    after the other while the other worker ran out of work. Here a worker is topped up when one
+    test is pending: with the *shortest* file when that test is a one-test file not yet started
+    (it may be long), else with the longest file left.
+    """
+    if config.getoption("dist", None) != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class LongestFirstScheduling(LoadFileScheduling):
+        def _assign_work_unit(self, node, last: bool = False) -> None:
+            scope, unit = self.workqueue.popitem(last=last)
+            self.assigned_work.setdefault(node, {})[scope] = unit
+            collection = self.registered_collections[node]
+            node.send_runtest_some([collection.index(t) for t, done in unit.items() if not done])
+
+        def _reschedule(self, node) -> None:
+            if node.shutting_down:
+                return
+            if not self.workqueue:
+                node.shutdown()
+                return
+            work = self.assigned_work.get(node, {})
+            pending = [(scope, t) for scope, unit in work.items() for t, done in unit.items() if not done]
+            if len(pending) > 1:
+                return
+            lone = len(pending) == 1 and len(work[pending[0][0]]) == 1
+            self._assign_work_unit(node, last=lone)
+
+    return LongestFirstScheduling(config, log)
+
+
 @lru_cache(maxsize=1)
 def _cuda() -> bool:
     import torch

@@ -78,25 +78,34 @@ def _sample(seed=3, n=12, d=4):
 import pytest  # noqa: E402
 
 
-@pytest.mark.parametrize("c", [1e200, 1e150, 1e-170, 1e-300, 2.0 ** -1070])
-def test_the_maths_is_invariant_to_the_scale_of_the_embeddings(c):
+#: (scale, refused): refused exactly where ||c E||_F^2 itself lies outside float64's normal range
+#: (|E0|_F^2 ~ 30 here, so c^2 |E0|^2 overflows past c ~ 1e153 and underflows below c ~ 1e-155).
+SCALES = [(1e200, True), (1e150, False), (1e100, False), (1e-150, False), (1e-170, True), (1e-300, True),
+          (2.0 ** -1070, True)]
+
+
+@pytest.mark.parametrize("c, refused", SCALES)
+def test_the_maths_is_invariant_to_the_scale_of_the_embeddings(c, refused):
     """Old: E x 1e200 gave rank 0 with an overflow warning, qre_to_base -1.38e-5 (a relative entropy is
     >= 0), pairwise_qre 16.30 (true 10.24), cka NaN; 1e-170 and denormals were refused as 'trace 0'
-    or 'constant embedding'. Now every value equals the unscaled one, or the input is refused naming
-    the real reason (the trace outside float64's range)."""
+    or 'constant embedding'. Now every value equals the unscaled one wherever ||E||_F^2 fits in a
+    float64, and only where it does not is the input refused, naming that reason."""
     E0, F = _sample(3), _sample(4, d=6)
     eps = 1e-3
     X = c * E0  # what the user hands over (denormals keep fewer bits than E0: it is E up to rounding)
     E = np.ldexp(X, -np.frexp(np.abs(X).max())[1])  # the same matrix, exactly, brought near 1
+    # Independent of the code under test: the exponent of ||X||_F^2 from frexp of the scaled copy.
+    k = np.frexp(np.abs(X).max())[1]
+    log2_trace = np.log2(float((E * E).sum())) + 2 * float(k)
+    assert (not -1022 <= log2_trace < 1024) == refused  # the table above says what float64 holds
     assert encmap.cka(X, E) == pytest.approx(1.0, abs=1e-12)
     assert encmap.cka(X, F) == pytest.approx(encmap.cka(E, F), rel=1e-10)
     assert encmap.cka(X, F, kernel="rbf") == pytest.approx(encmap.cka(E, F, kernel="rbf"), rel=1e-10)
-    try:
-        spec = encmap.factor_pip(X)
-    except encmap.EncmapError as e:
-        assert "outside float64's range" in str(e) and "divide the embeddings" in str(e)
-        assert not 1e-150 < c < 1e150  # only where ||E||^2 itself cannot be held
+    if refused:
+        with pytest.raises(encmap.EncmapError, match="outside float64's range.*divide the embeddings"):
+            encmap.factor_pip(X)
         return
+    spec = encmap.factor_pip(X)
     assert spec.rank == 4
     ref = encmap.factor_pip(E)
     np.testing.assert_allclose(spec.lam, ref.lam, rtol=1e-12)

@@ -42,6 +42,16 @@ def repro_ran(out: str) -> set[str]:
             for s in names.split(", ") if s}
 
 
+def exp_params(entry) -> list[dict]:
+    """Every params.yaml that an entry of `dvc exp show --json` holds (at any depth)."""
+    if isinstance(entry, list):
+        return [p for x in entry for p in exp_params(x)]
+    if not isinstance(entry, dict):
+        return []
+    own = entry.get("params", {}).get("params.yaml", {}).get("data") if isinstance(entry.get("params"), dict) else None
+    return ([own] if own else []) + [p for k, v in entry.items() if k != "params" for p in exp_params(v)]
+
+
 def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
@@ -149,7 +159,10 @@ def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatc
     assert sorted(f.name for f in (proj / "results/eval/lsa").glob("*.json")) == ["lsa__d8.json"]
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         assert f["features"].shape[0] == 5
-    run("dvc exp show --no-pager --csv", proj)
+    # `dvc exp show` lists it as an experiment (not only as the workspace's params).
+    shown = json.loads(run("dvc exp show --no-pager --json", proj).stdout)
+    assert [8] in [p["models"]["lsa"]["dims"] for c in shown for e in c.get("experiments") or []
+                   for p in exp_params(e)], shown
     run("git checkout -q -- . && dvc checkout -q", proj)
     assert tree_hashes(proj, *ARTIFACTS) == h1
 

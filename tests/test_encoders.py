@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 import yaml
+from support.fresh import array_digest, fresh_digests
 from support.project import TFIDF
 
 from encmap.device import resolve_device
@@ -373,8 +374,24 @@ def test_classical_and_control(tiny_bert):
                                    "revision": None, "seed": 0, **out}, texts)
     assert st.arrays["st__out"].shape == (60, 32) and "weights_sha256" in st.provenance
     g1 = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
-    g2 = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, **out}, texts)
-    assert np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
+    g2 = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 2, **out}, texts)
+    assert not np.array_equal(g1.arrays["g__out"], g2.arrays["g__out"])
+    # Same seed, same bits: here and in two fresh interpreters with other hash seeds.
+    assert fresh_digests(_SAME_SEED) == [array_digest(lsa.arrays["lsa__d8"], g1.arrays["g__out"])] * 2
+
+
+_SAME_SEED = """
+from support.fresh import array_digest
+from support.project import TFIDF
+from encmap.encoders.embed import embed_model
+texts = [f"The city river number {i} was seen at night by the people." for i in range(30)]
+texts += [f"A king wrote a book about music and art in year {i}." for i in range(30)]
+lsa = embed_model("lsa", {"backend": "classical", "method": "tfidf-svd", "dims": [4, 8], "seed": 0, "tfidf": TFIDF,
+                          "svd": {"algorithm": "arpack", "n_iter": 5}}, texts)
+g = embed_model("g", {"backend": "control", "method": "gaussian", "dim": 5, "rank": None, "seed": 1, "dims": [],
+                      "renormalize_truncated": True}, texts)
+print(array_digest(lsa.arrays["lsa__d8"], g.arrays["g__out"]))
+"""
 
 
 def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import numpy as np
 import pytest
+from support.fresh import fresh_digests
 
 from encmap.artifacts.tasks import task_texts
 from encmap.corpus.candidates import BROWN_DIR
@@ -88,9 +92,20 @@ def test_probe_sentences_are_removed_and_counted():
     assert ss["removed"]["exact"] >= 190 and ss["removed"]["normalised"] >= 1  # duplicates share a text
     assert built["tasks"]["gloss-retrieval"]["removed"]["corpus"]["exact"] >= 190
     assert len(ss["classes"]) == 45 and set(ss["folds"]) == {0, 1}
-    # Same params, same tasks.
-    assert build_tasks(small_evaluate(["supersense"]), probes)["tasks"]["supersense"] == \
-        build_tasks(small_evaluate(["supersense"]), probes)["tasks"]["supersense"]
+    # Same params, same tasks: here and in two fresh interpreters with other hash seeds.
+    here = hashlib.sha256(json.dumps(build_tasks(small_evaluate(["supersense"]), probes), sort_keys=True).encode())
+    assert fresh_digests(_SAME_TASKS) == [here.hexdigest()] * 2
+
+
+_SAME_TASKS = """
+import hashlib, json
+from test_evaluate import WORDNET, small_evaluate
+from encmap.corpus.cleaning import clean
+from encmap.corpus.wordnet import as_sentence, wordnet_synsets
+from encmap.downstream.tasks import build_tasks
+probes = [clean(as_sentence(e)) for s in wordnet_synsets("wordnet", WORDNET) for e in s.examples][:400:2]
+print(hashlib.sha256(json.dumps(build_tasks(small_evaluate(["supersense"]), probes), sort_keys=True).encode()).hexdigest())
+"""
 
 
 def test_gensim_tasks_read_their_files():

@@ -209,7 +209,9 @@ def test_job_killed_mid_write_leaves_nothing_tracked(tmp_path, tiny_bert, user_f
     assert "up to date" in run("dvc status", proj).stdout
     assert not [p for p in (proj / "results").rglob("*.tmp")]  # the rerun cleared them
     assert ".tmp" not in run("git status --porcelain --ignored", proj).stdout.replace(".snakemake", "")
-    for manifest in (proj / ".dvc/cache").rglob("*.dir"):  # what DVC tracked, file by file
+    manifests = list((proj / ".dvc/cache").rglob("*.dir"))  # what DVC tracked, file by file
+    assert manifests  # (the per-encoder directories are tracked as directories)
+    for manifest in manifests:
         assert not [e["relpath"] for e in json.loads(manifest.read_text()) if e["relpath"].endswith(".tmp")]
 
 

@@ -25,36 +25,35 @@ def _alive(pid: int) -> bool:
 
 
 def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
-    """Snakemake runs a script job as snakemake -> bash -> python; SIGKILL to Snakemake does not
-    reach the job. Old: it ran on with parent 1 and later renamed its outputs over a newer run's."""
-    job = tmp_path / "job.py"
-    job.write_text("import sys, time\n"
-                   "from encmap.workflow.jobs import guard_script_job\n"
-                   "guard_script_job(poll_seconds=0.1)\n"
-                   "open(sys.argv[1], 'w').write('started')\n"
-                   "time.sleep(60)\n")
-    fake = tmp_path / "snakemake"  # stands for Snakemake: anything whose program is named snakemake
-    fake.write_text(f"#!{sys.executable}\nimport subprocess, sys, time\n"
-                    "subprocess.Popen(['bash', '-c', sys.argv[1]])\ntime.sleep(60)\n")
-    fake.chmod(0o755)
+    """A real Snakemake runs a `script:` job (snakemake -> bash -> python); SIGKILL to Snakemake does
+    not reach the job. Old: it ran on with parent 1 and later renamed its outputs over a newer run's."""
+    (tmp_path / "Snakefile").write_text('rule job:\n    output: "out"\n    script: "job.py"\n')
+    (tmp_path / "job.py").write_text("import os, time\n"
+                                     "from encmap.workflow.jobs import guard_script_job\n"
+                                     "guard_script_job(poll_seconds=0.1)\n"
+                                     "open('started', 'w').write(str(os.getpid()))\n"
+                                     "time.sleep(60)\n"
+                                     "open(snakemake.output[0], 'w').close()\n")
     marker = tmp_path / "started"
-    parent = subprocess.Popen([str(fake), f"{sys.executable} {job} {marker} & echo $! > {tmp_path}/pid; wait"],
-                              start_new_session=True)
+    parent = subprocess.Popen(["snakemake", "out", "--cores", "1"], cwd=tmp_path, env=env(),
+                              start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        deadline = time.time() + 30
-        while not marker.exists() and time.time() < deadline:
+        deadline = time.time() + 60
+        while not (marker.exists() and marker.read_text()) and time.time() < deadline:
             time.sleep(0.1)
         assert marker.exists(), "the job never started"
-        pid = int((tmp_path / "pid").read_text())
-        assert [p for p, _ in snakemake_ancestors(pid)] == [parent.pid]
+        pid = int(marker.read_text())
+        assert parent.pid in [p for p, _ in snakemake_ancestors(pid)]
         os.kill(parent.pid, signal.SIGKILL)  # the job's bash and python live on, with parent 1
         parent.wait()
         deadline = time.time() + 10
         while _alive(pid) and time.time() < deadline:
             time.sleep(0.1)
         assert not _alive(pid), "the orphaned job kept running"
+        assert not (tmp_path / "out").exists()
     finally:
-        os.killpg(parent.pid, signal.SIGKILL) if _alive(parent.pid) else None
+        if _alive(parent.pid):
+            os.killpg(parent.pid, signal.SIGKILL)
 
 
 # N quick jobs, then a 2-thread in-process job (force-use-threads: it runs in the Snakemake

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import yaml
 from support.project import ARTIFACTS, REPO, make_project, run, tiny_params, tree_hashes
+from support.svg import check_regression_figures
 
 pytestmark = pytest.mark.slow
 
@@ -171,12 +172,15 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
     assert len(preds) == 11 * 7 * 2 * 21
-    assert metrics["predictor"] == "qre" and (mapped / "results/regression/figures/baselines.png").is_file()
+    assert metrics["predictor"] == "qre"
+    reg = mapped / "results/regression"
+    check_regression_figures(reg / "table.csv", reg / "predictions.csv", reg / "figures/predicted.svg",
+                             reg / "figures/baselines.svg", "qre")
     pred = predict_scores(mapped / "results/regression/regressors.h5", fm["F"], fm["attrs"])
     assert set(pred) == set(TASKS) and all(np.isfinite(v["ridge"]).all() for v in pred.values())
     png = mapped / "results/regression/figures/predicted.png"
     shutil.copy(png, tmp_path / "predicted.png")  # for a look
-    assert png.stat().st_size > 20000
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):

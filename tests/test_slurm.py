@@ -25,7 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 def cluster(tmp_path_factory):
     why = missing()
     if why:
-        if os.environ.get("ENCMAP_REQUIRE_SLURM"):
+        if os.environ.get("ENCMAP_REQUIRE_SLURM") == "1":
             pytest.fail(f"ENCMAP_REQUIRE_SLURM is set but {why}")
         pytest.skip(why)
     c = Cluster(tmp_path_factory.mktemp("slurm")).start()
