@@ -18,7 +18,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import yaml
 
 from .encoders.variants import expand_encoders
@@ -84,6 +83,8 @@ def validate_params(params: Any, where: str = "params") -> None:
     if bad is not None:
         # JSON Schema has no word for NaN / infinity (YAML's .nan, .inf): NaN passes every bound.
         raise EncmapError(f"{where}: key {bad[0]}: {bad[1]!r} is not a finite number")
+    import jsonschema  # here: a Snakemake process whose config was already found valid never needs it (0.2 s)
+
     validator = jsonschema.Draft202012Validator(schema())
     errors = sorted(validator.iter_errors(params), key=lambda e: (len(e.absolute_path), list(map(str, e.absolute_path))))
     problems = list(dict.fromkeys(_message(e, params) for e in errors))
@@ -194,8 +195,11 @@ def _first_non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
     return None
 
 
-def _message(error: jsonschema.ValidationError, params: Any) -> str:
-    """``key <dotted path>: <what is wrong>``, reworded where the schema's words would not say what to change."""
+def _message(error, params: Any) -> str:
+    """``key <dotted path>: <what is wrong>``, reworded where the schema's words would not say what to
+    change (``error``: a jsonschema.ValidationError)."""
+    import jsonschema
+
     path = list(error.absolute_path)
     if error.validator is None and len(path) == 2 and path[0] == "models":
         # A `false` schema in a backend's branch: a key that does not apply to that backend.

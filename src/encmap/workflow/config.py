@@ -23,13 +23,19 @@ def check_snakemake_config(config: dict, configfiles: list) -> None:
     names = [params._RENDERED_FROM.get(str(f), str(f)) for f in configfiles]
     for f in names:
         params.check_yaml_file(f)
-    # A config already found valid by this code is not validated again (0.75 s at 1,101 models,
-    # in every Snakemake process DVC starts): the marker's name hashes the config and the code.
+    validate_once(config, "config (" + ", ".join(names) + ")")
+
+
+def validate_once(config: dict, where: str) -> None:
+    """:func:`encmap.params.validate_params` and the MTEB targets' check of ``config`` (errors name
+    ``where``), skipped where this code already found this config valid: ``encmap stage`` and the
+    Snakemake process it starts check the same params of every stage DVC runs (0.75 s at 1,101
+    models, and jsonschema's import). The marker's name hashes the config and the code."""
     marker = params.RENDERED / f"valid-{_validation_key(config)}"
     if marker.exists():
         return
-    params.validate_params(config, "config (" + ", ".join(names) + ")")
-    params.check_mteb_targets(config, "config (" + ", ".join(names) + ")")
+    params.validate_params(config, where)
+    params.check_mteb_targets(config, where)
     marker.parent.mkdir(parents=True, exist_ok=True)
     marker.touch()
 

@@ -288,12 +288,59 @@ def _encmap_imports(tree: ast.AST) -> list[tuple[str, str]]:
     return out
 
 
+def _remembered(what: str, sources: list[Path], compute) -> list[str]:
+    """``compute()`` (a list of str), remembered across processes for the same source tree.
+
+    The import analysis parses every module a job can reach (~0.15-0.25 s each time); every
+    Snakemake process DVC starts ran it again (the config check, the pair stages' code keys) on the
+    same files. The answer depends only on the ``.py`` and ``.smk`` files under ``sources`` (their
+    paths and bytes, hashed here in milliseconds), so it is kept under ``.snakemake/encmap``
+    keyed by them: any edit to any of them computes it afresh. A cache that cannot be read or
+    written is computed around, never an error.
+    """
+    import hashlib
+    import json
+
+    from ..io import atomic_write_text
+    from ..params import RENDERED
+
+    h = hashlib.sha256()
+    for base in sources:
+        for f in sorted(p for pattern in ("*.py", "*.smk") for p in base.rglob(pattern) if "__pycache__" not in p.parts):
+            h.update(f"{f}\0".encode())
+            h.update(f.read_bytes())
+    # One file per set of source folders (the installed package, a project's copy), named by their content.
+    where = hashlib.sha256("\0".join(map(str, sources)).encode()).hexdigest()[:16]
+    cache = RENDERED / f"reach-{where}-{h.hexdigest()[:32]}.json"
+    try:
+        table = json.loads(cache.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        table = {}
+    if isinstance(table.get(what), list):
+        return table[what]
+    table[what] = value = compute()
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(cache, json.dumps(table, sort_keys=True))
+        for old in cache.parent.glob(f"reach-{where}-*.json"):  # these folders' answers for other contents
+            if old != cache:
+                old.unlink(missing_ok=True)
+    except OSError:
+        pass
+    return value
+
+
 def stage_code(root: str | Path, stage: str) -> list[str]:
     """The code files (relative to ``root``) that DVC stage ``stage`` must depend on, sorted.
 
     Directories stand for every module of a package that is loaded by name (``LOADS_BY_NAME``).
     """
-    root = Path(root)
+    root = Path(root).resolve()
+    return _remembered(f"stage_code {root} {stage}", [root / "rules", root / "scripts", root / "src" / "encmap"],
+                       lambda: _stage_code(root, stage))
+
+
+def _stage_code(root: Path, stage: str) -> list[str]:
     rule = root / "rules" / f"{stage}.smk"
     if not rule.is_file():
         raise EncmapError(f"stage {stage!r}: no rule file {rule.relative_to(root)} (one rule file per stage)")
@@ -330,10 +377,14 @@ def module_files(module: str, symbol: str = _MODULE) -> list[Path]:
     (the same analysis as a stage's digest), sorted."""
     import encmap
 
-    src = Path(encmap.__file__).parent.parent
-    reach = Reach(src, src=src)
-    reach.reach(module, symbol)
-    return sorted(reach.files)
+    src = Path(encmap.__file__).resolve().parent.parent
+
+    def compute() -> list[str]:
+        reach = Reach(src, src=src)
+        reach.reach(module, symbol)
+        return sorted(map(str, reach.files))
+
+    return [Path(f) for f in _remembered(f"module_files {src} {module} {symbol}", [src / "encmap"], compute)]
 
 
 def code_key(root: str | Path, stage: str) -> str:

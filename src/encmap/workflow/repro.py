@@ -79,13 +79,18 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
 
 def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int:
     """``encmap stage [NAME]``: the command of every DVC stage (``NAME`` default: ``$DVC_STAGE``)."""
-    from ..params import load_params
+    from ..params import parse_yaml_file
+    from .config import validate_once
 
     root = Path(root).resolve()
     name = name or os.environ.get("DVC_STAGE")
     if not name:
         raise EncmapError("encmap stage: name a stage (DVC names it in DVC_STAGE when it runs a stage's command)")
-    params = load_params(root / "params.yaml")  # validated: a refused value stops here, before any job
+    path = root / "params.yaml"
+    if not path.exists():
+        raise EncmapError(f"{path}: params file not found")
+    params = parse_yaml_file(path)
+    validate_once(params, str(path))  # a refused value stops here, before any job
     job = stage_job(name.rsplit(":", 1)[-1], params)  # a stage of another dvc.yaml: <path>:<name>
     _prune(root, params, job, None, log)
     return snakemake(root, [job], [])
