@@ -159,3 +159,18 @@ def test_bad_input_is_an_encmap_error(call, why):
     """Old: raw ValueError / TypeError / AttributeError, while docs/api.md promises EncmapError."""
     with pytest.raises(encmap.EncmapError, match=why):
         call()
+
+
+def test_a_spectrum_built_from_python_lists_works_as_one_from_arrays():
+    """Old: encmap.Spectrum(U.tolist(), lam.tolist(), trace) was accepted, then qre_to_base raised a raw
+    AttributeError. api.md: bad input is an EncmapError; lists are input like any other."""
+    E, F = _sample(3), _sample(4, d=6)
+    s = encmap.factor_pip(E)
+    listed = encmap.Spectrum(s.U.tolist(), s.lam.tolist(), float(s.trace))
+    assert encmap.qre_to_base(listed, eps=1e-3) == encmap.qre_to_base(s, eps=1e-3)
+    assert encmap.pairwise_qre(listed, F, eps=1e-3) == encmap.pairwise_qre(s, F, eps=1e-3)
+    np.testing.assert_array_equal(encmap.qre_features(listed, eps=1e-3), encmap.qre_features(s, eps=1e-3))
+    with pytest.raises(encmap.EncmapError, match="Spectrum: U must be an array of numbers"):
+        encmap.Spectrum([["a"] * s.rank] * s.n, s.lam.tolist(), float(s.trace))
+    with pytest.raises(encmap.EncmapError, match="eigenvalues must be positive"):
+        encmap.Spectrum(s.U.tolist(), [-1.0] + s.lam.tolist()[1:], float(s.trace))

@@ -57,7 +57,14 @@ class Spectrum:
         orthonormal columns (tested on one fixed random direction, O(n r): UᵀU x = x); V, when
         given, (d, r). Anything else raises :class:`EncmapError` naming the problem.
         """
-        U, lam = np.asarray(self.U), np.asarray(self.lam)
+        for name in ("U", "lam", "V"):  # lists and other array-likes become the float64 arrays the maths uses
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, np.ndarray):
+                try:
+                    object.__setattr__(self, name, np.asarray(value, dtype=np.float64))
+                except (TypeError, ValueError) as e:
+                    raise EncmapError(f"Spectrum: {name} must be an array of numbers ({e})") from None
+        U, lam = self.U, self.lam
         if U.ndim != 2 or lam.ndim != 1 or U.shape[1] != lam.shape[0]:
             raise EncmapError(f"Spectrum: U {U.shape} and eigenvalues {lam.shape} do not match (U must be n x r, "
                               "lam r values)")
