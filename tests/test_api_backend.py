@@ -113,6 +113,23 @@ def test_a_wrong_key_is_a_clear_error_and_nothing_is_kept(proxy, monkeypatch, tm
 
 
 @pytest.mark.slow(minutes=1)
+@pytest.mark.parametrize("mode", ["echo-401", "echo-400"])
+def test_a_server_that_echoes_the_key_never_gets_it_into_a_message_or_a_failure_record(proxy, mode, caplog):
+    """Old: a server answering "Incorrect API key provided: Bearer sk-..." put the whole key in the
+    EncmapError, and with on_error: skip in failures.json, the logs and DVC's cache."""
+    from encmap.artifacts.failures import run_model
+
+    proxy.mode = mode
+    with pytest.raises(EncmapError, match=r"model 'mini-api': .*Bearer \[redacted\]") as e:
+        embed_model("mini-api", api_spec(proxy.url), TEXTS)
+    assert KEY not in str(e.value) and KEY[3:] not in str(e.value)
+    with caplog.at_level(logging.WARNING):
+        recorded = run_model("mini-api", "embed", "skip", lambda: embed_model("mini-api", api_spec(proxy.url), TEXTS))
+    assert isinstance(recorded, str) and "Bearer [redacted]" in recorded and KEY not in recorded
+    assert KEY not in caplog.text and proxy.requests >= 2
+
+
+@pytest.mark.slow(minutes=1)
 def test_a_429_storm_is_retried_and_the_run_finishes(proxy):
     proxy.mode, proxy.count = "429", 6
     res = embed_model("mini-api", api_spec(proxy.url, concurrency=3), TEXTS)

@@ -94,7 +94,8 @@ class Proxy:
     ``pass``; ``429`` (the first ``count`` requests get 429 with Retry-After: 0); ``reverse`` (data
     in reverse order, indices kept); ``bad-index`` (the last item's index repeats the first's);
     ``width`` (one vector one value short); ``reject`` (400 for any batch holding ``marker``);
-    ``perturb`` (every vector moved: another model under the same name); the rewriting modes spare
+    ``perturb`` (every vector moved: another model under the same name); ``echo-401`` / ``echo-400``
+    (a refusal whose text echoes the Authorization header, key and all); the rewriting modes spare
     the first ``after`` requests. ``requests``: how many
     POSTs reached the proxy; ``texts``: how many inputs they carried."""
 
@@ -138,6 +139,9 @@ class Proxy:
                                           {"Retry-After": "0"})
                     if proxy.mode == "reject" and proxy.marker in json.loads(body).get("input", []):
                         return self._send(400, b'{"error": {"message": "input rejected (test)"}}')
+                    if proxy.mode in ("echo-401", "echo-400"):  # as some servers word a refusal
+                        said = f"Incorrect API key provided: {self.headers.get('Authorization')}"
+                        return self._send(int(proxy.mode[-3:]), json.dumps({"error": {"message": said}}).encode())
                 req = urllib.request.Request(proxy.upstream + self.path, data=body, method="POST" if body else "GET",
                                              headers={k: v for k, v in self.headers.items()
                                                       if k.lower() in ("authorization", "content-type")})

@@ -39,6 +39,7 @@ import json
 import logging
 import math
 import os
+import re
 import sqlite3
 import sys
 import threading
@@ -85,6 +86,15 @@ def api_key(model: str, spec: dict) -> str:
         raise EncmapError(f"model {model!r}: the environment variable {var} (api_key_env) that holds its API key is "
                           "not set; export it before the run")
     return key
+
+
+def redact(text: str, key: str | None) -> str:
+    """``text`` (a server's words, an exception's) with the API key's value and any bearer token
+    replaced: a server may echo the Authorization header ("Incorrect API key provided: Bearer
+    sk-..."), and a refusal's text goes to logs, failure records and DVC's cache."""
+    if key:
+        text = text.replace(key, "[redacted]")
+    return re.sub(r"(?i)\bBearer\s+[^\s\"',;]+", "Bearer [redacted]", text)
 
 
 def cache_key(spec: dict, text: str) -> str:
@@ -312,6 +322,18 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     """Every text's vector from the endpoint (or the cache), in input order: the output (n, d) and
     its truncations. ``cache`` / ``fingerprints``: where vectors and probe fingerprints are kept
     (default under ``$ENCMAP_CACHE/api``)."""
+    try:
+        return _embed(model, spec, texts, cache, fingerprints)
+    except Exception as e:  # every word a server or a library said, without the key
+        key = os.environ.get(spec["api_key_env"])
+        text = str(e) if isinstance(e, EncmapError) else f"model {model!r}: {type(e).__name__}: {e}"
+        if isinstance(e, EncmapError) and redact(text, key) == text:
+            raise
+        raise EncmapError(redact(text, key)) from None
+
+
+def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None,
+           fingerprints: Path | None) -> EmbeddingResult:
     own = cache is None
     cache = cache or ResponseCache()
     try:
