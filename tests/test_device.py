@@ -265,3 +265,104 @@ def test_snakemake_runs_no_more_gpu_jobs_than_cards(tmp_path, tiny_bert, user_fi
     assert [e.split()[0] for e in events] == ["start", "end", "start", "end"], events
     log, events = embed_spans("2")
     assert [e.split()[0] for e in events][:2] == ["start", "start"], events
+
+
+# ------------------------------------------------------------------ the box's own settings (issue 49)
+
+@pytest.fixture
+def two_cards(monkeypatch, tmp_path):
+    """torch.cuda simulating 2 visible cards of 80 GiB (each thread's current device tracked), and a lock folder."""
+    import torch
+
+    from encmap.device import LOCK_DIR_ENV
+
+    current = threading.local()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda i: SimpleNamespace(uuid=f"sim-{i}"))
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: getattr(current, "i", 0))
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: setattr(current, "i", i))
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda i: (80 * GIB, 80 * GIB))
+    monkeypatch.setenv(LOCK_DIR_ENV, str(tmp_path / "locks"))
+    monkeypatch.delenv(GPUS_ENV, raising=False)
+    return torch
+
+
+def test_encmap_gpus_0_means_no_gpu_job(two_cards, monkeypatch):
+    """Old: ENCMAP_GPUS=0 set no `gpu` limit while jobs still got cuda:0."""
+    from encmap.device import job_device, resolve_device
+    from encmap.encoders.embed import gpu_request
+
+    spec = {"backend": "sentence-transformers"}
+    assert resolve_device("auto") == "cuda" and gpu_request(spec, "auto") == 1
+    monkeypatch.setenv(GPUS_ENV, "0")
+    assert resolve_device("auto") == "cpu" and gpu_request(spec, "auto") == 0
+    with job_device("auto", gpu=True) as dev:
+        assert dev == "cpu"
+    with pytest.raises(EncmapError, match="ENCMAP_GPUS=0 allows encmap's jobs no GPU"):
+        resolve_device("cuda")
+
+
+def test_encmap_gpus_k_means_the_first_k_cards(two_cards, monkeypatch):
+    """Old: ENCMAP_GPUS=1 on 2 cards limited the count, but a second holder took cuda:1, the card
+    the user kept."""
+    from encmap.device import job_device
+
+    monkeypatch.setenv(GPUS_ENV, "1")
+    got, second = [], threading.Event()
+    with job_device("auto", gpu=True, what="first") as dev:
+        got.append(dev)
+
+        def late():
+            with job_device("auto", gpu=True, what="second") as d:
+                got.append(d)
+                second.set()
+
+        t = threading.Thread(target=late)
+        t.start()
+        assert not second.wait(1.0), "a second job took a card the user kept"
+    t.join(30)
+    assert got == ["cuda:0", "cuda:0"]
+
+
+def test_a_named_card_beyond_the_visible_ones_is_refused_before_any_work(two_cards, monkeypatch):
+    from encmap.device import resolve_device
+
+    with pytest.raises(EncmapError, match=r"'cuda:5' but encmap's jobs may use cuda:0 to cuda:1 \(2 visible"):
+        resolve_device("cuda:5")
+    monkeypatch.setenv(GPUS_ENV, "1")
+    with pytest.raises(EncmapError, match=r"'cuda:1' but encmap's jobs may use cuda:0 to cuda:0"):
+        resolve_device("cuda:1")
+    assert resolve_device("cuda:0") == "cuda:0"
+
+
+@pytest.mark.parametrize("case, why", [("file", "a file, not a folder"), ("under a file", "cannot make that folder"),
+                                       ("read-only", "not writable")])
+def test_a_bad_lock_folder_is_named(tmp_path, monkeypatch, case, why):
+    """Old: ENCMAP_GPU_LOCK_DIR a file, read-only or under a file: raw OSErrors."""
+    from encmap.device import LOCK_DIR_ENV, lock_dir
+
+    target = tmp_path / "locks"
+    if case == "file":
+        target.write_text("a file")
+    elif case == "under a file":
+        (tmp_path / "afile").write_text("")
+        target = tmp_path / "afile" / "locks"
+    else:
+        if os.geteuid() == 0:
+            pytest.skip("root may write a read-only folder")  # the other two cases run as root too
+        target.mkdir(mode=0o500)
+    monkeypatch.setenv(LOCK_DIR_ENV, str(target))
+    with pytest.raises(EncmapError, match=f"ENCMAP_GPU_LOCK_DIR={re.escape(str(target))}: {why}"):
+        lock_dir()
+
+
+def test_cards_short_of_memory_because_of_another_program_are_refused_after_a_deadline(tmp_path):
+    """Old: every card short of free memory (another program's), the job waited for ever."""
+    t0 = time.monotonic()
+    with pytest.raises(EncmapError, match=r"model 'm': no GPU has the 8.9 GiB free .* none did for 1 s: "
+                                          r"cuda:0 1.0 GiB free of 80.0 GiB, cuda:1 2.0 GiB free of 80.0 GiB"):
+        with gpu_slot(2, need_bytes=8 * GIB, memory=lambda i: ((i + 1) * GIB, 80 * GIB), directory=tmp_path,
+                      what="model 'm'", poll=0.05, memory_wait=1.0):
+            pytest.fail("entered")
+    assert 1.0 <= time.monotonic() - t0 < 10

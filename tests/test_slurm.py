@@ -16,18 +16,50 @@ from pathlib import Path
 import pytest
 import yaml
 from support.project import env, make_project, ran, run, tiny_params, tree_hashes, write_user_file
-from support.slurm_cluster import Cluster, missing
+from support.slurm_cluster import RUN_CONF, Cluster, missing, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
 
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def need_slurm() -> None:
     why = missing()
     if why:
         if os.environ.get("ENCMAP_REQUIRE_SLURM") == "1":
             pytest.fail(f"ENCMAP_REQUIRE_SLURM is set but {why}")
         pytest.skip(why)
+
+
+def test_a_killed_runs_link_is_cleaned_up_and_a_failed_start_stops_what_it_started(tmp_path):
+    """Old: a test run killed while its cluster was up left /run/slurm/conf, and every later run
+    failed at setup ("another configless slurmd runs here") though no slurmd ran; that failed
+    start also left the munged it had started running."""
+    need_slurm()
+    assert not running("slurmd") and not running("slurmctld")
+    munge_before = bool(running("munged"))
+
+    def stale_link():
+        RUN_CONF.parent.mkdir(parents=True, exist_ok=True)
+        RUN_CONF.symlink_to(tmp_path / "gone")  # what the killed run's slurmd linked
+
+    stale_link()
+    bad = Cluster(tmp_path / "bad")
+    bad.conf = tmp_path / "bad.conf"  # a config slurmctld refuses
+    bad._write_conf = lambda: bad.conf.write_text("NoSuchKey=1\n")
+    with pytest.raises(subprocess.CalledProcessError):
+        bad.start()
+    assert not running("slurmctld") and not running("slurmd") and bool(running("munged")) == munge_before
+    stale_link()
+    good = Cluster(tmp_path / "good").start()
+    try:
+        assert running("slurmd") and RUN_CONF.is_symlink() and str(good.root) in os.readlink(RUN_CONF)
+    finally:
+        good.stop()
+    assert not running("slurmd") and not RUN_CONF.is_symlink() and bool(running("munged")) == munge_before
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    need_slurm()
     c = Cluster(tmp_path_factory.mktemp("slurm")).start()
     yield c
     c.stop()

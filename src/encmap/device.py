@@ -47,6 +47,9 @@ GPUS_ENV = "ENCMAP_GPUS"
 LOCK_DIR_ENV = "ENCMAP_GPU_LOCK_DIR"
 #: How often a job that finds every GPU taken (by another run) looks again, in seconds.
 POLL_SECONDS = 2.0
+#: How long a job waits while every card it may use is free of encmap jobs but short of free
+#: memory (another program holds it) before it is refused, naming the cards, in seconds.
+MEMORY_WAIT_S = 600.0
 #: Memory a card must keep beyond a model's weights (activations, the CUDA context, workspace):
 #: a model is refused when its weights exceed this fraction of the card's memory.
 WEIGHT_FRACTION = 0.9
@@ -62,7 +65,7 @@ def resolve_device(requested: str = "auto") -> str:
     import torch
 
     if requested == "auto":
-        if torch.cuda.is_available():
+        if torch.cuda.is_available() and not gpus_disabled():
             return "cuda"
         mps = getattr(torch.backends, "mps", None)
         if mps is not None and mps.is_available():
@@ -70,9 +73,25 @@ def resolve_device(requested: str = "auto") -> str:
         return "cpu"
     if requested.startswith("cuda") and not torch.cuda.is_available():
         raise EncmapError(f"embed.device is {requested!r} but torch sees no CUDA device")
+    if requested.startswith("cuda") and gpus_disabled():
+        raise EncmapError(f"embed.device is {requested!r} but {GPUS_ENV}=0 allows encmap's jobs no GPU; set the "
+                          "device to auto or cpu, or unset it")
+    if re.fullmatch(r"cuda:\d+", requested):
+        usable = min(torch.cuda.device_count(), gpu_count())
+        if int(requested[5:]) >= usable:
+            raise EncmapError(f"embed.device is {requested!r} but encmap's jobs may use cuda:0 to cuda:{usable - 1} "
+                              f"({torch.cuda.device_count()} visible, {GPUS_ENV}="
+                              f"{os.environ.get(GPUS_ENV, 'unset')}); name one of those, or auto")
     if requested == "mps" and not (getattr(torch.backends, "mps", None) and torch.backends.mps.is_available()):
         raise EncmapError("embed.device is 'mps' but MPS is not available")
     return requested
+
+
+def gpus_disabled(environ: dict | None = None) -> bool:
+    """``ENCMAP_GPUS=0``: the user allows encmap's jobs no GPU (they run on the CPU and ask
+    Snakemake for none). Read without asking the driver: rules call it for every job."""
+    env = os.environ if environ is None else environ
+    return env.get(GPUS_ENV, "").strip() == "0"
 
 
 def _visible_entries(value: str) -> int:
@@ -139,10 +158,18 @@ def lock_dir(environ: dict | None = None) -> Path:
     """The folder of the per-GPU lock files (:data:`LOCK_DIR_ENV`, else per user under the temp dir)."""
     env = os.environ if environ is None else environ
     if env.get(LOCK_DIR_ENV):
-        path = Path(env[LOCK_DIR_ENV])
+        path, named = Path(env[LOCK_DIR_ENV]), f"{LOCK_DIR_ENV}={env[LOCK_DIR_ENV]}"
     else:
         path = Path(tempfile.gettempdir()) / f"encmap-gpus-{os.getuid()}"
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+        named = f"the GPU lock folder {path} (set {LOCK_DIR_ENV} to choose another)"
+    try:
+        if not path.is_dir():
+            path.mkdir(mode=0o700, parents=True)
+    except OSError as e:
+        why = "a file, not a folder" if path.is_file() else f"cannot make that folder ({e.strerror})"
+        raise EncmapError(f"{named}: {why}; the per-GPU lock files live there, so name a writable folder") from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise EncmapError(f"{named}: not writable; the per-GPU lock files live there, so name a writable folder")
     return path
 
 
@@ -185,7 +212,7 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
              keys: Callable[[int], str] = lambda i: f"index-{i}",
              memory: Callable[[int], tuple[int, int]] | None = None,
              directory: Path | None = None, poll: float = POLL_SECONDS,
-             only: int | None = None) -> Iterator[int]:
+             only: int | None = None, memory_wait: float | None = None) -> Iterator[int]:
     """Hold a free GPU among ``count`` for the body of the ``with``; yields its index.
 
     The logic of :func:`job_device` without CUDA (tests drive it with simulated cards).
@@ -206,6 +233,10 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
         Card index -> (free, total) bytes; needed with ``need_bytes``.
     only : int, optional
         The user named this card (``cuda:k``): wait for it alone.
+    memory_wait : float, optional
+        Seconds to wait while every card is free of encmap jobs but short of memory (another
+        program holds it) before :class:`EncmapError` names the cards and their free memory
+        (default :data:`MEMORY_WAIT_S`). Cards held by other encmap jobs are waited for without limit.
     """
     folder = lock_dir() if directory is None else directory
     cards = [only] if only is not None else list(range(count))
@@ -219,7 +250,8 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
                 f"largest card's {_gib(totals[best])} (cuda:{best}); not loaded. Use a lower dtype "
                 "(bfloat16 halves float32's weights), a card with more memory, or leave it out")
         cards = [i for i in cards if totals[i] >= need]
-    waited_since, said = time.monotonic(), 0.0
+    waited_since, said, short_since = time.monotonic(), 0.0, None
+    limit = MEMORY_WAIT_S if memory_wait is None else memory_wait
     while True:
         short = []
         for i in cards:
@@ -237,7 +269,14 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
             finally:
                 os.close(fd)  # releases the flock
             return
-        waited = time.monotonic() - waited_since
+        now = time.monotonic()
+        short_since = (short_since or now) if short and len(short) == len(cards) else None
+        if short_since is not None and now - short_since >= limit:
+            raise EncmapError(
+                f"{what}: no GPU has the {_gib(need)} free its weights need, and none did for {limit:.0f} s: "
+                + ", ".join(f"cuda:{i} {_gib(f)} free of {_gib(totals[i])}" for i, f in short)
+                + ". Another program holds their memory; free it, or run this model later")
+        waited = now - waited_since
         if waited - said >= 60 or not said:
             said = max(waited, 1e-9)
             held = "every card is held by another encmap job" if not short else (
@@ -265,7 +304,8 @@ def job_device(requested: str, *, gpu: bool, need_bytes: Callable[[], int | None
 
     only = int(dev.split(":", 1)[1]) if ":" in dev else None
     weights = need_bytes() if need_bytes is not None else None
-    with gpu_slot(torch.cuda.device_count(), need_bytes=weights, what=what, keys=_card_key,
+    # ENCMAP_GPUS=k: the first k visible cards, so a card the user kept stays free.
+    with gpu_slot(min(torch.cuda.device_count(), gpu_count()), need_bytes=weights, what=what, keys=_card_key,
                   memory=_cuda_memory, only=only) as i:
         previous = torch.cuda.current_device()
         torch.cuda.set_device(i)  # this thread's current device: library code that says "cuda" lands here

@@ -30,6 +30,21 @@ def missing() -> str | None:
     return None
 
 
+def running(program: str) -> list[int]:
+    """Pids of live processes whose program is ``program`` (zombies left out)."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            name, state = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()[0]
+            if name == program and state != "Z":
+                out.append(int(d.name))
+    return out
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -85,25 +100,37 @@ PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
         (r / "gres.conf").write_text(f"AutoDetect=off\nNodeName={host} Name=gpu File=/dev/null\n")
 
     def start(self, timeout: float = 60) -> "Cluster":
-        self._write_conf()
-        if not MUNGE_SOCKET.exists():
-            MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
-            shutil.chown(MUNGE_SOCKET.parent, "munge", "munge")
-            subprocess.run([_sbin("munged"), "--force"], check=True, capture_output=True)
-            self._started_munge = True
+        """Start munged (unless one runs), slurmctld and slurmd; whatever fails, what this call
+        started is stopped again before the error is raised."""
         if RUN_CONF.is_symlink() or RUN_CONF.exists():
-            raise RuntimeError(f"{RUN_CONF} exists: another configless slurmd runs here")
-        subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, capture_output=True)
-        subprocess.run([_sbin("slurmd"), "--conf-server", f"{self.host}:{self.port}"], check=True,
-                       capture_output=True, env={k: v for k, v in self.env.items() if k != "SLURM_CONF"})
-        deadline = time.time() + timeout
-        while time.time() < deadline:
-            p = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env, capture_output=True, text=True)
-            if p.returncode == 0 and p.stdout.strip() == "idle":
-                return self
-            time.sleep(1)
-        self.stop()
-        raise RuntimeError(f"SLURM node not idle after {timeout}s; logs in {self.root / 'log'}")
+            if running("slurmd"):
+                raise RuntimeError(f"{RUN_CONF} exists and a slurmd runs (pids {running('slurmd')}): another "
+                                   "configless cluster runs here")
+            # A run killed while its cluster was up left the link behind, and nothing serves it.
+            if RUN_CONF.is_symlink() or RUN_CONF.is_file():
+                RUN_CONF.unlink()
+            else:
+                shutil.rmtree(RUN_CONF)
+        try:
+            self._write_conf()
+            if not MUNGE_SOCKET.exists():
+                MUNGE_SOCKET.parent.mkdir(parents=True, exist_ok=True)
+                shutil.chown(MUNGE_SOCKET.parent, "munge", "munge")
+                subprocess.run([_sbin("munged"), "--force"], check=True, capture_output=True)
+                self._started_munge = True
+            subprocess.run([_sbin("slurmctld"), "-f", str(self.conf)], check=True, capture_output=True)
+            subprocess.run([_sbin("slurmd"), "--conf-server", f"{self.host}:{self.port}"], check=True,
+                           capture_output=True, env={k: v for k, v in self.env.items() if k != "SLURM_CONF"})
+            deadline = time.time() + timeout
+            while time.time() < deadline:
+                p = subprocess.run(["sinfo", "-h", "-o", "%T"], env=self.env, capture_output=True, text=True)
+                if p.returncode == 0 and p.stdout.strip() == "idle":
+                    return self
+                time.sleep(1)
+            raise RuntimeError(f"SLURM node not idle after {timeout}s; logs in {self.root / 'log'}")
+        except BaseException:
+            self.stop()
+            raise
 
     def jobs(self) -> list[dict[str, str]]:
         """Every job the controller still remembers (finished ones for MinJobAge seconds)."""
@@ -124,6 +151,9 @@ PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
                     os.kill(int(pid.read_text().strip()), signal.SIGTERM)
                 except (ProcessLookupError, ValueError):
                     pass
-        time.sleep(1)
+        deadline = time.time() + 10  # each daemon gone, so that the next start finds none
+        while time.time() < deadline and any(
+                running(p) for p in ("slurmd", "slurmctld", *(("munged",) if self._started_munge else ()))):
+            time.sleep(0.2)
         if RUN_CONF.is_symlink() and str(self.root) in os.readlink(RUN_CONF):
             RUN_CONF.unlink()

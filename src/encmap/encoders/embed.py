@@ -83,9 +83,11 @@ def model_device(spec: dict, requested: str) -> str:
 
 def gpu_request(spec: dict, requested: str) -> int:
     """The ``gpu`` resource an embed or evaluate job of this model declares: 1 when it runs on a
-    GPU (a torch backend, and ``requested`` is not ``cpu`` or ``mps``), else 0, so that jobs that
-    never touch a GPU do not wait for one."""
-    return int(spec["backend"] in GPU_BACKENDS and requested not in ("cpu", "mps"))
+    GPU (a torch backend, ``requested`` is not ``cpu`` or ``mps``, and ``ENCMAP_GPUS`` is not 0),
+    else 0, so that jobs that never touch a GPU do not wait for one."""
+    from ..device import gpus_disabled
+
+    return int(spec["backend"] in GPU_BACKENDS and requested not in ("cpu", "mps") and not gpus_disabled())
 
 
 @contextmanager
