@@ -10,7 +10,7 @@ from encmap.validation import check_writable
 from encmap.workflow.config import check_snakemake_config
 from encmap.workflow.deps import code_key
 from encmap.workflow.integrity import for_snakemake, record_for_snakemake
-from encmap.workflow.jobs import one_reevaluation_timer, replace_stale_backups
+from encmap.workflow.jobs import keep_update_outputs_of_failed_jobs, one_reevaluation_timer, replace_stale_backups
 from encmap.workflow.stages import STAGES, all_targets
 
 # Snakemake 9 starts one more perpetual 1 s re-evaluation timer per finished job (the scheduler
@@ -18,6 +18,8 @@ from encmap.workflow.stages import STAGES, all_targets
 one_reevaluation_timer()
 # A killed job leaves its update() outputs' backups, and the next backup of them would fail.
 replace_stale_backups()
+# A failed job under SLURM has no backup in this process: its previous outputs are kept, not deleted.
+keep_update_outputs_of_failed_jobs()
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)

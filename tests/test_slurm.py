@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from support.api_server import free_port
 from support.project import env, make_project, ran, run, tiny_params, tree_hashes, write_user_file
 from support.slurm_cluster import RUN_CONF, Cluster, missing, running
 
@@ -155,3 +156,28 @@ def test_encmap_repro_through_slurm_matches_dvc_repro_locally(tmp_path, tiny_ber
     jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
     assert [(j["JobState"], j["Comment"]) for j in jobs] == [("COMPLETED", "rule_map")], jobs
     assert "up to date" in run("dvc status", proj).stdout
+
+    # Outputs persist until a stage succeeds, under SLURM too. Old: with the controller down, "Cannot
+    # restore ... no backup found", then "Removing output files of failed job map": results/map/
+    # emptied, the git-tracked metrics.json deleted (Snakemake backs update() outputs up only where
+    # the job runs locally).
+    kept = tree_hashes(proj, "results/map")
+    assert "results/map/metrics.json" in kept
+    dead = tmp_path / "dead.conf"  # the same cluster, its controller's port closed
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", Path(cluster.conf).read_text()))
+    (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.1}},
+                                                     sort_keys=False))
+    for cmd in ("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", "encmap repro -- --profile profiles/slurm-test"):
+        r = run(f"SLURM_CONF={dead} {cmd}", proj, check=False)
+        assert r.returncode != 0 and "sbatch" in r.stdout + r.stderr, (cmd, (r.stdout + r.stderr)[-3000:])
+        assert tree_hashes(proj, "results/map") == kept, cmd
+    run("git checkout -q -- params.yaml", proj)
+    # A job that fails on its node (the feature matrix it reads is damaged): its outputs stay too.
+    qre = proj / "results/features/qre.h5"
+    good = qre.read_bytes()
+    qre.write_bytes(good[: len(good) // 3])
+    r = run("snakemake --profile profiles/slurm-test --allowed-rules map --forcerun map results/map/coords.csv",
+            proj, check=False)
+    assert r.returncode != 0, (r.stdout + r.stderr)[-3000:]
+    assert tree_hashes(proj, "results/map") == kept
+    qre.write_bytes(good)

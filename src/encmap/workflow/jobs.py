@@ -263,3 +263,30 @@ def replace_stale_backups() -> None:
 
     backup_output._encmap_replaces_stale = True
     FileBackupMixin.backup_output = backup_output
+
+
+def keep_update_outputs_of_failed_jobs() -> None:
+    """Never let Snakemake delete the ``update()`` outputs of a job that failed.
+
+    Snakemake 9 (checked: 9.27.1) backs an ``update()`` output up in ``Job.prepare``, which only
+    the local executor calls in the main process, then on failure puts the backup back or, with
+    none, removes the outputs "since they might be corrupted". Under a remote executor (SLURM) a
+    failed submission or a job that failed on its node has no backup in the main process, so the
+    previous outputs were deleted (git-tracked metrics included): "Cannot restore ... no backup
+    found", then "Removing output files of failed job". Every encmap step replaces its outputs
+    atomically (a temporary renamed over them), so an output under its own name is never a
+    half-written one: a failed job's ``update()`` outputs are the previous run's, or what its own
+    node put back, and are kept. Outputs of other rules are cleaned as before. Idempotent.
+    """
+    from snakemake.io import is_flagged
+    from snakemake.jobs import Job
+
+    cleanup = Job.cleanup
+    if getattr(cleanup, "_encmap_keeps_update", False):
+        return
+
+    async def keep_update(self, skip_outputs):
+        return await cleanup(self, [*skip_outputs, *(f for f in self.output if is_flagged(f, "update"))])
+
+    keep_update._encmap_keeps_update = True
+    Job.cleanup = keep_update
