@@ -117,6 +117,33 @@ def test_a_profile_that_changes_what_runs_is_refused(computed, tmp_path):
     (proj / "profiles/fine").mkdir()
     (proj / "profiles/fine/config.yaml").write_text("cores: 2\nkeep-going: true\nprintshellcmds: true\n")
     run("encmap repro -- --profile profiles/fine", proj)
+    # Old (issue 49): only config.yaml / config.v8+.yaml in a folder were read, and `encmap stage` read
+    # none: touch: true given any other way made "recorded" mean "touched". Every spelling and channel
+    # Snakemake reads is judged as it reads it.
+    edit_params(proj, "map.seed", 7)
+    coords = (proj / "results/map/coords.csv").read_bytes()
+    (proj / "evil.yaml").write_text("touch: true\n")
+    (proj / "profiles/v9").mkdir()
+    (proj / "profiles/v9/config.yaml").write_text("cores: 2\n")
+    (proj / "profiles/v9/profile.v9+.yaml").write_text("cores: 2\ntouch: true\n")  # what Snakemake 9 reads here
+    (proj / "profiles/named").mkdir()
+    (proj / "profiles/named/profile.yaml").write_text("touch: true\n")
+    for how, where in (("encmap repro -- --profile evil.yaml", "evil.yaml"),
+                       ("encmap repro -- --profile profiles/v9", "profiles/v9/profile.v9+.yaml"),
+                       ("encmap repro -- --profile profiles/named", "profiles/named/profile.yaml"),
+                       ("encmap repro -- --workflow-profile evil.yaml", "evil.yaml"),
+                       ("SNAKEMAKE_PROFILE=profiles/v9 encmap repro", "profiles/v9/profile.v9+.yaml"),
+                       ("SNAKEMAKE_PROFILE=profiles/v9 dvc repro map", "profiles/v9/profile.v9+.yaml")):
+        r = run(how, proj, check=False)
+        assert r.returncode != 0 and f"{where}: key 'touch'" in r.stderr + r.stdout, (how, (r.stdout + r.stderr)[-2000:])
+        assert (proj / "results/map/coords.csv").read_bytes() == coords, how
+    r = run("encmap repro -- --batch map=1/2", proj, check=False)  # old: a raw AttributeError ('rulename')
+    assert r.returncode == 2 and "option --batch" in r.stderr and "Traceback" not in r.stderr, r.stderr[-2000:]
+    (proj / "profiles/default/config.v9+.yaml").write_text("touch: true\n")  # the workflow profile
+    r = run("encmap repro", proj, check=False)
+    assert r.returncode == 2 and "profiles/default/config.v9+.yaml: key 'touch'" in r.stderr, r.stderr[-2000:]
+    assert (proj / "results/map/coords.csv").read_bytes() == coords
+    assert "map" in run("dvc status", proj).stdout  # still stale: nothing recorded it as made
 
 
 @pytest.mark.slow(minutes=2)

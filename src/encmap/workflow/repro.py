@@ -69,9 +69,7 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
         json.dump(argv, f)
     try:
-        cmd = ([sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, str(ledger)] if ledger else
-               [sys.executable, "-c", "import json, sys; from snakemake.cli import main; "
-                "main(json.load(open(sys.argv[1])))", f.name])
+        cmd = [sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, *([str(ledger)] if ledger else [])]
         return subprocess.run(cmd, cwd=root, env=os.environ | (env or {})).returncode
     finally:
         os.unlink(f.name)

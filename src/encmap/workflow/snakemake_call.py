@@ -95,7 +95,7 @@ def check_args(args: list[str]) -> None:
         raise EncmapError(f"encmap repro: Snakemake cannot read the options {' '.join(args)!r}: {e}") from None
     default = vars(parser.parse_args([]))
     for dest, value in given.items():
-        if value == default.get(dest):
+        if _same(value, default.get(dest)):
             continue
         if not _allowed(dest):
             raise EncmapError(
@@ -107,36 +107,56 @@ def check_args(args: list[str]) -> None:
         _check_value(dest, value, f"option --{dest.replace('_', '-')}")
 
 
-def profile_file(name: str, root: Path) -> Path | None:
-    """The config file of Snakemake profile ``name`` (a folder, or a name Snakemake looks up), or None."""
-    candidates = [Path(name)] if os.sep in name or Path(name).is_dir() else []
-    candidates += [root / name]
-    xdg = os.environ.get("XDG_CONFIG_HOME", str(Path.home() / ".config"))
-    candidates += [Path(xdg) / "snakemake" / name, Path("/etc/xdg/snakemake") / name]
-    for c in candidates:
-        for f in ("config.v8+.yaml", "config.yaml"):
-            if (c / f).is_file():
-                return c / f
-    return None
+def _same(a, b) -> bool:
+    """``a == b`` for parsed option values (Snakemake's ``Batch`` cannot be compared with None)."""
+    try:
+        return bool(a == b)
+    except Exception:  # noqa: BLE001
+        return False
 
 
 def check_profiles(args: list[str], root: Path, environ: dict | None = None) -> None:
-    """Refuse a profile (the ``--profile`` given, else ``SNAKEMAKE_PROFILE``, and the workflow's
-    ``profiles/default``) whose keys are not options :func:`check_args` would pass."""
-    import yaml
+    """Refuse a profile whose settings :func:`check_args` would not pass, judged as Snakemake reads
+    them: its own resolution (``--profile``, ``SNAKEMAKE_PROFILE``, the workflow profile, a folder or
+    a file, ``profile.yaml``, ``config.yaml`` and their ``.vN+`` forms) and its own parser.
 
-    env = os.environ if environ is None else environ
-    parsed = vars(_parser().parse_args(args)) if args else {"profile": None, "workflow_profile": None}
-    def names(value) -> list[str]:  # Snakemake keeps --profile as a list (several may be given)
-        return [str(v) for v in (value if isinstance(value, (list, tuple)) else [value]) if v]
+    Each profile file Snakemake will read is named with the key that is refused; and whatever the
+    spelling, every option whose value the profiles change from the command line's must be allowed.
+    """
+    from snakemake import cli
+    from snakemake.profiles import ProfileConfigFileParser
 
-    given = names(parsed.get("profile")) or names(env.get("SNAKEMAKE_PROFILE"))
-    files = [profile_file(n, root) for n in given]
-    files += [profile_file(n, root) for n in (names(parsed.get("workflow_profile")) or ["profiles/default"])]
+    env = dict(os.environ if environ is None else environ)
+    used: list = []
+    build = cli.get_argument_parser
+
+    def recording(profiles=None):  # the profiles Snakemake's second pass reads, in its order
+        used.extend(profiles or [])
+        return build(profiles=profiles)
+
+    err = io.StringIO()
+    saved_env, cwd = dict(os.environ), os.getcwd()
+    try:
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(root)
+        cli.get_argument_parser = recording
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            _, effective = cli.parse_args(list(args))
+        files = [Path(cli.get_profile_dir(str(p))[1]) for p in used]
+    except SystemExit:
+        why = [line for line in err.getvalue().splitlines() if line.strip()][-1:] or ["unreadable"]
+        raise EncmapError(f"encmap repro: Snakemake cannot read its profile: {why[0]}") from None
+    except Exception as e:  # noqa: BLE001 (a profile Snakemake's own parser refuses)
+        raise EncmapError(f"encmap repro: Snakemake cannot read its profile: {type(e).__name__}: {e}") from None
+    finally:
+        cli.get_argument_parser = build
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
     for f in files:
-        if f is None:
-            continue
-        data = yaml.safe_load(f.read_text()) or {}
+        with f.open(encoding="utf-8") as stream:
+            data = ProfileConfigFileParser().parse(stream)
         for key, value in data.items():
             dest = str(key).replace("-", "_")
             if not _allowed(dest):
@@ -145,6 +165,11 @@ def check_profiles(args: list[str], root: Path, environ: dict | None = None) -> 
                                   "as made from params.yaml; a profile for encmap repro says only where and how many "
                                   "jobs run (cores, jobs, resources, executor and its settings, keep-going, printing)")
             _check_value(dest, value, f"profile {f}: key {key!r}")
+    given = vars(_parser().parse_args(list(args)))
+    for dest, value in vars(effective).items():
+        if not _same(value, given.get(dest)) and not _allowed(dest):  # however the profiles spelled it
+            raise EncmapError(f"encmap repro: the profiles {', '.join(map(str, files))} set Snakemake's "
+                              f"--{dest.replace('_', '-')}, which may change which jobs run or what they compute")
 
 
 def content_digest(path: str | Path) -> str | None:
@@ -179,14 +204,21 @@ def _record_finished(ledger: str) -> None:
     DAG.finish = recording_finish
 
 
-def run_recording(argv_file: str, ledger: str) -> None:
-    """The child process: Snakemake's command line (JSON list in ``argv_file``), every finished job's
-    outputs appended to ``ledger``."""
+def run_recording(argv_file: str, ledger: str | None) -> None:
+    """The child process: Snakemake's command line (JSON list in ``argv_file``), its profiles checked
+    as Snakemake reads them (:func:`check_profiles`: ``encmap stage`` under ``dvc repro`` checks
+    nothing before), and with ``ledger`` every finished job's outputs appended to it."""
     from snakemake.cli import main
 
-    _record_finished(ledger)
     with open(argv_file, encoding="utf-8") as f:
         argv = json.load(f)
+    try:
+        check_profiles(argv, Path.cwd())
+    except EncmapError as e:
+        print(f"encmap: {e}", file=sys.stderr)
+        sys.exit(2)
+    if ledger:
+        _record_finished(ledger)
     main(argv)
 
 
@@ -218,5 +250,5 @@ def made(root: Path, targets: list[str], finished: dict[str, str | None], curren
     return True
 
 
-if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call ARGV_FILE LEDGER
-    run_recording(sys.argv[1], sys.argv[2])
+if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call ARGV_FILE [LEDGER]
+    run_recording(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
