@@ -7,8 +7,9 @@ budget and a changed model each do what a paying user needs, and the key is in n
 from __future__ import annotations
 
 import json
-from pathlib import Path
 import logging
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -251,3 +252,66 @@ def test_encmap_check_refuses_an_unset_key_variable_and_slices_leave_transport_o
         changed = yaml.safe_load(yaml.safe_dump(params))
         changed["models"]["mini-api"][key] = value
         assert param_slices(changed)["results/params/embed/mini-api.json"] != base, key
+
+
+@pytest.mark.slow(minutes=1)
+def test_served_answers_are_checked_not_taken_on_trust(proxy, tmp_path):
+    """Old (issue 49): 1e39 passed the finite check (made in float64) and was cached as inf; a
+    malformed first probe answer became the drift reference; base64 vectors, a null embedding and
+    HTML were raw ValueError / TypeError / JSONDecodeError."""
+    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+
+    ref = embed_model("mini-api", api_spec(proxy.url), TEXTS[:8]).arrays["mini-api__out"]
+    proxy.mode = "base64"  # decoded as the protocol defines it: the same vectors
+    got = embed_model("mini-api", api_spec(proxy.url, revision="r-b64"), TEXTS[:8]).arrays["mini-api__out"]
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-7)
+    for k, (mode, after, what) in enumerate([
+            ("huge", 1, r"inputs 0-7 holds NaN, inf or values beyond float32"),
+            ("huge", 0, r"the drift probes holds NaN, inf or values beyond float32"),
+            ("zero", 0, r"the drift probes holds an all-zero vector"),
+            ("null", 1, r"item 7's embedding is NoneType None, not a list of numbers"),
+            ("html", 1, r"HTTP 200 from .* for inputs 0-7 is not an embeddings response"),
+            ("html-json", 1, r"HTTP 200 from .* for inputs 0-7 is not an embeddings response")]):
+        proxy.mode, proxy.after = mode, proxy.requests + after
+        spec = api_spec(proxy.url, revision=f"r-{k}", batch_size=8, concurrency=1)
+        with pytest.raises(EncmapError, match=f"model 'mini-api': .*{what}"):
+            embed_model("mini-api", spec, TEXTS[:8])
+        assert ResponseCache().get([cache_key(spec, t) for t in TEXTS[:8]]) == {}, mode  # nothing bad is cached
+        proxy.mode = "pass"  # the next run of the same entry measures drift against good probes, not the bad ones
+        again = embed_model("mini-api", spec, TEXTS[:8])
+        assert "drift" not in again.provenance, mode
+        np.testing.assert_allclose(again.arrays["mini-api__out"], ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow(minutes=1)
+def test_two_endpoints_never_share_vectors_and_bad_input_is_named(server, tmp_path):
+    """Old: two entries of the same model and revision at different base_urls shared the cache (the
+    second got the first server's vectors with 0 requests, its provenance naming the second URL)."""
+    from encmap.encoders.backends.openai_api import ResponseCache
+    from encmap.encoders.variants import check_model_spec
+
+    a, b = Proxy(server.url), Proxy(server.url)
+    try:
+        first = embed_model("mini-api", api_spec(a.url), TEXTS[:8])
+        second = embed_model("mini-api", api_spec(b.url), TEXTS[:8])
+        assert b.texts == 8 + 8 and second.provenance["base_url"] == b.url  # fetched from b, the probes too
+        again = embed_model("mini-api", api_spec(a.url + "/"), TEXTS[:8])  # the same endpoint, spelled otherwise
+        assert again.provenance["texts_sent"] == 0 and first.provenance["texts_sent"] == 8
+        with pytest.raises(EncmapError, match=r"input 1 holds a lone surrogate"):
+            embed_model("mini-api", api_spec(a.url), [TEXTS[0], "bad \udc80 text"])
+    finally:
+        a.close()
+        b.close()
+    for url in ("https://[::1", "http://127.0.0.1:99999", "http://"):
+        with pytest.raises(EncmapError, match="base_url .* is not a URL the client can call"):
+            check_model_spec("m", api_spec(url))
+    cache = Path(os.environ["ENCMAP_CACHE"]) / "api"
+    (cache / "embeddings.sqlite").write_bytes(b"not a database" * 100)
+    for f in cache.glob("embeddings.sqlite-*"):
+        f.unlink()
+    with pytest.raises(EncmapError, match=r"embeddings.sqlite: the API vectors' cache cannot be read"):
+        ResponseCache()
+    (cache / "embeddings.sqlite").unlink()
+    (cache / "fingerprints.json").write_text("{not json")
+    with pytest.raises(EncmapError, match=r"fingerprints.json: the drift probes' first answers cannot be read"):
+        embed_model("mini-api", api_spec(server.url, revision="r-fp"), TEXTS[:8])

@@ -95,7 +95,10 @@ class Proxy:
     in reverse order, indices kept); ``bad-index`` (the last item's index repeats the first's);
     ``width`` (one vector one value short); ``reject`` (400 for any batch holding ``marker``);
     ``perturb`` (every vector moved: another model under the same name); ``echo-401`` / ``echo-400``
-    (a refusal whose text echoes the Authorization header, key and all); the rewriting modes spare
+    (a refusal whose text echoes the Authorization header, key and all); ``huge`` (one value 1e39),
+    ``zero`` (an all-zero vector), ``null`` (an ``embedding: null``), ``base64`` (every vector as
+    base64 float32), ``html`` / ``html-json`` (a 200 with an HTML page, labelled as such or as
+    JSON); the rewriting modes spare
     the first ``after`` requests. ``requests``: how many
     POSTs reached the proxy; ``texts``: how many inputs they carried."""
 
@@ -152,8 +155,16 @@ class Proxy:
                     code, payload = e.code, e.read()
                 except (urllib.error.URLError, OSError):
                     return self._send(502, b'{"error": {"message": "upstream down"}}')
+                if body is not None and code == 200 and rewrite and proxy.mode in ("html", "html-json"):
+                    page = b"<html><body>Service temporarily unavailable</body></html>"
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html" if proxy.mode == "html" else "application/json")
+                    self.send_header("Content-Length", str(len(page)))
+                    self.end_headers()
+                    return self.wfile.write(page)
                 if body is not None and code == 200 and rewrite and proxy.mode in ("reverse", "bad-index", "width",
-                                                                                 "perturb"):
+                                                                                 "perturb", "huge", "zero", "null",
+                                                                                 "base64"):
                     data = json.loads(payload)
                     items = data["data"]
                     if proxy.mode == "reverse":
@@ -162,6 +173,18 @@ class Proxy:
                         items[-1]["index"] = items[0]["index"]
                     elif proxy.mode == "width":
                         items[0]["embedding"] = items[0]["embedding"][:-1]
+                    elif proxy.mode == "huge":  # finite in float64, inf in float32
+                        items[0]["embedding"][0] = 1e39
+                    elif proxy.mode == "zero":
+                        items[0]["embedding"] = [0.0] * len(items[0]["embedding"])
+                    elif proxy.mode == "null":
+                        items[-1]["embedding"] = None
+                    elif proxy.mode == "base64":  # what encoding_format: base64 returns, sent unasked
+                        import base64
+                        import struct
+                        for it in items:
+                            it["embedding"] = base64.b64encode(struct.pack(f"<{len(it['embedding'])}f",
+                                                                           *it["embedding"])).decode()
                     else:
                         for it in items:
                             it["embedding"] = [v + 0.05 * ((i % 7) - 3) for i, v in enumerate(it["embedding"])]

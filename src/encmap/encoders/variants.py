@@ -116,6 +116,20 @@ def check_model_spec(model: str, spec: dict) -> None:
     if spec["backend"] == "openai" and spec["dimensions"] is not None and any(k >= spec["dimensions"] for k in dims):
         raise EncmapError(f"model {model!r}: dims {dims} must all be below dimensions: {spec['dimensions']} "
                           "(a truncation to the full width duplicates the output)")
+    if spec["backend"] == "openai":
+        from urllib.parse import urlsplit
+
+        try:
+            url = urlsplit(spec["base_url"])
+            url.port  # noqa: B018 (urllib checks the port only when it is read: 99999 raises)
+            ok = bool(url.hostname)
+        except ValueError as e:
+            ok, why = False, str(e)
+        else:
+            why = "no host"
+        if not ok:
+            raise EncmapError(f"model {model!r}: base_url {spec['base_url']!r} is not a URL the client can call "
+                              f"({why}); e.g. https://api.openai.com/v1 or http://127.0.0.1:7997")
     if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
         raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "
                           "(null for full rank)")

@@ -97,9 +97,20 @@ def redact(text: str, key: str | None) -> str:
     return re.sub(r"(?i)\bBearer\s+[^\s\"',;]+", "Bearer [redacted]", text)
 
 
+def endpoint(spec: dict) -> str:
+    """The endpoint an entry's vectors come from: its base URL, scheme and host lower-cased, no
+    trailing slash. Two servers may serve different models under one name (infinity-emb answered a
+    request for text-embedding-3-small with MiniLM's vectors), so vectors are shared only between
+    entries of the same endpoint, model, revision and dimensions."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    u = urlsplit(spec["base_url"].strip())
+    return urlunsplit((u.scheme.lower(), u.netloc.lower(), u.path.rstrip("/"), u.query, ""))
+
+
 def cache_key(spec: dict, text: str) -> str:
-    """sha256 of (model, revision, dimensions, text): the cache's key of one vector."""
-    parts = json.dumps([spec["model"], spec["revision"], spec["dimensions"], text], ensure_ascii=False)
+    """sha256 of (endpoint, model, revision, dimensions, text): the cache's key of one vector."""
+    parts = json.dumps([endpoint(spec), spec["model"], spec["revision"], spec["dimensions"], text], ensure_ascii=False)
     return hashlib.sha256(parts.encode("utf-8")).hexdigest()
 
 
@@ -111,10 +122,14 @@ class ResponseCache:
         self.path = Path(path) if path else cache_dir() / "api" / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
-        self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-        with self.lock, self.db:
-            self.db.execute("PRAGMA journal_mode=WAL")
-            self.db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
+        try:
+            self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            with self.lock, self.db:
+                self.db.execute("PRAGMA journal_mode=WAL")
+                self.db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
+        except sqlite3.DatabaseError as e:
+            raise EncmapError(f"{self.path}: the API vectors' cache cannot be read ({e}); move it aside to fetch "
+                              "the vectors again (they are paid for again)") from None
 
     def get(self, keys: list[str]) -> dict[str, np.ndarray]:
         out = {}
@@ -173,17 +188,43 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
                           f"input, 0-{count - 1}; refused (nothing from it is kept)")
     rows = [None] * count
     for i, d in zip(idx, data):
-        rows[i] = d.embedding
+        rows[i] = _embedding(where, i, getattr(d, "embedding", None))
     widths = {len(r) for r in rows}
     if len(widths) != 1 or (width is not None and widths != {width}):
         raise EncmapError(f"{where} has vectors of width {sorted(widths)}, expected {width if width else 'one width'}; "
                           "refused (nothing from it is kept)")
-    E = np.asarray(rows, dtype=np.float64)
+    E = np.asarray(rows, dtype=np.float64).astype(np.float32)  # checked in the dtype it is stored in
     if not np.all(np.isfinite(E)):
-        raise EncmapError(f"{where} holds NaN or inf; refused (nothing from it is kept)")
+        raise EncmapError(f"{where} holds NaN, inf or values beyond float32 (|x| > 3.4e38); refused (nothing from it "
+                          "is kept)")
+    if first is None and not np.all(np.linalg.norm(E, axis=1) > 0):  # a probe must be able to fingerprint the model
+        raise EncmapError(f"{where} holds an all-zero vector; refused (a probe answer never becomes the reference)")
     usage = getattr(response, "usage", None)
     tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
-    return E.astype(np.float32), (int(tokens) if tokens is not None else None)
+    return E, (int(tokens) if tokens is not None else None)
+
+
+def _embedding(where: str, i: int, value) -> list | np.ndarray:
+    """One item's ``embedding``: a list of numbers, or base64 of little-endian float32 (what the
+    protocol's ``encoding_format: base64`` returns, and some servers send unasked)."""
+    if isinstance(value, str):
+        import base64
+        import binascii
+
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raw = b"\0"  # not base64: refused below
+        if len(raw) % 4:
+            raise EncmapError(f"{where}: item {i}'s embedding is a string that is not base64 of float32 values; "
+                              "refused (nothing from it is kept)")
+        return np.frombuffer(raw, dtype="<f4")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                                       for x in value):
+        raise EncmapError(f"{where}: item {i}'s embedding is {type(value).__name__}"
+                          f"{' ' + repr(value)[:60] if value is None or isinstance(value, (list, tuple)) else ''}, "
+                          "not a list of numbers; refused (nothing from it is kept)")
+    return value
 
 
 def _refusal(model: str, spec: dict, e, first: int) -> EncmapError:
@@ -250,6 +291,16 @@ class Fetcher:
             raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes") from None
         except openai.APIError as e:  # connection errors and timeouts, once the client's retries are spent
             raise _refusal(self.model, self.spec, e, first) from None
+        except (ValueError, TypeError, AttributeError) as e:  # a 200 whose body the client cannot read as JSON
+            raise EncmapError(f"model {self.model!r}: HTTP 200 from {self.spec['base_url']} for "
+                              f"{'the drift probes' if first is None else f'inputs {first}-{first + len(texts) - 1}'}"
+                              f" is not an embeddings response ({type(e).__name__}: {str(e)[:200]}); refused "
+                              "(nothing from it is kept)") from None
+        if not isinstance(getattr(response, "data", None), list):
+            raise EncmapError(f"model {self.model!r}: HTTP 200 from {self.spec['base_url']} for "
+                              f"{'the drift probes' if first is None else f'inputs {first}-{first + len(texts) - 1}'}"
+                              f" is not an embeddings response (a {type(response).__name__}: "
+                              f"{str(response)[:120]!r}); refused (nothing from it is kept)")
         E, tokens = _vectors(self.model, response, len(texts), self.width, first)
         with self.lock:
             self.width = self.width or E.shape[1]
@@ -260,6 +311,14 @@ class Fetcher:
         if keep:
             self.cache.put({cache_key(self.spec, t): e for t, e in zip(texts, E)})
         return E
+
+
+def _encodable(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+        return True
+    except UnicodeEncodeError:
+        return False
 
 
 def estimate_tokens(texts: list[str]) -> int:
@@ -286,12 +345,16 @@ def check_drift(model: str, spec: dict, probes: np.ndarray, path: Path | None = 
     """
     path = Path(path) if path else cache_dir() / "api" / "fingerprints.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    name = json.dumps([spec["model"], spec["revision"], spec["dimensions"]])
+    name = json.dumps([endpoint(spec), spec["model"], spec["revision"], spec["dimensions"]])
     fp = fingerprint(probes)
     from filelock import FileLock
 
     with FileLock(str(path) + ".lock"):
-        seen = json.loads(path.read_text()) if path.is_file() else {}
+        try:
+            seen = json.loads(path.read_text()) if path.is_file() else {}
+        except (ValueError, OSError) as e:
+            raise EncmapError(f"{path}: the drift probes' first answers cannot be read ({e}); move it aside (drift "
+                              "is then measured from this run's answers)") from None
         first = seen.get(name)
         if first is None:
             seen[name] = {"fingerprint": fp, "first_seen": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -337,6 +400,10 @@ def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None
     own = cache is None
     cache = cache or ResponseCache()
     try:
+        bad = next((i for i, t in enumerate(texts) if not _encodable(t)), None)
+        if bad is not None:
+            raise EncmapError(f"model {model!r}: input {bad} holds a lone surrogate ({texts[bad]!r:.80}), which is "
+                              "no UTF-8 text a server can be sent; nothing was sent")
         keys = [cache_key(spec, t) for t in texts]
         have = cache.get(keys)
         todo = [i for i, k in enumerate(keys) if k not in have]
