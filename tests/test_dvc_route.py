@@ -223,7 +223,7 @@ def test_no_params_value_reaches_a_shell(computed, tmp_path):
             if name not in ("code", "params")} == {"encmap stage"}  # no ${...} in any command
 
 
-@pytest.mark.slow(minutes=3)
+@pytest.mark.slow(minutes=5)  # the file's tests add up to ~12 min
 def test_a_killed_run_never_blocks_the_next(computed, tmp_path):
     """Old: after kill -9 of encmap repro, Snakemake's incomplete-output markers stopped later runs
     with IncompleteFilesException (dvc repro users cannot pass --rerun-incomplete): here the killed

@@ -132,6 +132,7 @@ def test_without_the_ledger_the_reader_refuses_another_encoders_file(built, tmp_
     assert ids(proj).count("gauss__out") == 1
 
 
+@pytest.mark.slow(minutes=3)  # with the module's build (~1.5 min) before it
 def test_a_sentence_file_cut_after_curation(built, tmp_path):
     txt = "data/sentences/tiny.txt"
     proj = copy(built, tmp_path)

@@ -70,7 +70,7 @@ def test_spacy_equals_the_full_pipelines_doc_vector():
     assert res.arrays["spacy-sm__out"].shape == (5, 96)
 
 
-@pytest.mark.slow(minutes=3)
+@pytest.mark.slow(minutes=4)
 def test_model2vec_distillation_equals_model2vecs_own_and_is_made_once(tmp_path, monkeypatch):
     from model2vec.distill import distill
 

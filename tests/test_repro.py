@@ -67,7 +67,7 @@ def without_timings(root: Path) -> tuple[dict, dict]:
     return hashes, lock
 
 
-@pytest.mark.slow(minutes=8)
+@pytest.mark.slow(minutes=6)
 def test_per_model_staleness_with_200_models_is_the_same_as_with_10(tmp_path):
     projects = {m: make_project(tmp_path / f"m{m}", control_params(m), git=True) for m in (10, 200)}
     # The reference: dvc repro, one Snakemake process per stage, on a copy of the 10-model project.
