@@ -453,6 +453,44 @@ def test_map_page_in_headless_chromium(tmp_path):
     assert shot.stat().st_size > 20_000
 
 
+@pytest.mark.slow
+@pytest.mark.browser
+def test_coloured_by_model_the_page_says_which_point_is_which_at_hub_scale(tmp_path):
+    """Old: the palette had 20 colours; models past the 19th were all drawn in the grey of the
+    20th entry, and 5 of the default map's 25 models were missing from the legend with no "other"
+    line. Here 60 models (a few encoders each): each its own colour, every one in the legend with
+    that colour and its count, the hover names it, and a click on its legend row rings its points."""
+    from support.browser import inspect_categories
+
+    from encmap.maps.page import page_data, render_page
+
+    models = [f"model-{k:02d}" for k in range(60)]
+    recs = [record(i, models[i % 60], i % 3, "mean") for i in range(150)]
+    ids = [r["id"] for r in recs]
+    rng = np.random.default_rng(0)
+    coords = rng.normal(size=(150, 2))
+    idx, dist = nearest_neighbours(cdist(coords, coords), 3)
+    html = tmp_path / "map.html"
+    html.write_text(render_page(page_data(ids, coords, recs, ["kind", "model"], idx, dist, "l1")), encoding="utf-8")
+    shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_page_60_models.png"
+    # The legend: the 30 models of 3 encoders, then the 30 of 2; row 59 is model-59, far past the palette.
+    seen = inspect_categories(html, shot, field="model", hover_index=59, click_row=59)
+    assert seen["errors"] == []
+    fill = {}
+    for f, r in zip(seen["fills"], recs):
+        fill.setdefault(r["model"], set()).add(f)
+    assert all(len(v) == 1 for v in fill.values())  # one colour per model
+    assert len({next(iter(v)) for v in fill.values()}) == 60  # and no two models share one
+    legend = {text.rsplit(" (", 1)[0]: (int(text.rsplit("(", 1)[1].rstrip(")")), colour) for text, colour in seen["rows"]}
+    assert set(legend) == set(models)  # every model listed, none left out
+    for m in models:
+        count, colour = legend[m]
+        assert count == sum(r["model"] == m for r in recs) and {colour} == fill[m], m
+    clicked = seen["rows"][59][0].rsplit(" (", 1)[0]
+    assert seen["ringed"] == legend[clicked][0] and seen["info"].startswith(f"model: {clicked} ({legend[clicked][0]})")
+    assert clicked == "model-59" and "model: model-59" in seen["hover"]  # legend, click and hover agree
+
+
 # ---------------------------------------------------------------------------------- steps: bad input
 
 

@@ -122,3 +122,37 @@ def inspect_layouts_and_lineage(html: Path, screenshots: tuple[Path, Path], *, h
         seen["hover"] = page.evaluate("() => document.querySelector('#map .hoverlayer').textContent")
         browser.close()
     return seen
+
+
+def inspect_categories(html: Path, screenshot: Path, *, field: str, hover_index: int, click_row: int) -> dict:
+    """Colour the page by ``field`` and read back what says which point is which.
+
+    Returns ``fills`` (each encoder marker's colour), ``rows`` (the legend: each row's text and
+    swatch colour, as the browser computed both), ``hover`` (hover text of point ``hover_index``),
+    ``ringed`` (markers ringed after a click on legend row ``click_row``), ``info``, ``errors``.
+    """
+    from playwright.sync_api import sync_playwright
+
+    seen: dict = {"errors": []}
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("#map .scatterlayer .trace path.point")
+        page.select_option("#color-by", field)
+        page.wait_for_timeout(300)
+        seen["fills"] = page.evaluate(POINT_FILLS)
+        seen["rows"] = page.evaluate("""() => [...document.querySelectorAll('#legend div')].map(r =>
+            [r.textContent, getComputedStyle(r.querySelector('span.sw')).backgroundColor])""")
+        page.evaluate(f"() => Plotly.Fx.hover('map', [{{curveNumber: 1, pointNumber: {hover_index}}}])")
+        page.wait_for_timeout(200)
+        seen["hover"] = page.evaluate("() => document.querySelector('#map .hoverlayer').textContent")
+        page.locator("#legend div").nth(click_row).click()
+        page.wait_for_timeout(300)
+        seen["ringed"] = page.evaluate(
+            "() => document.querySelectorAll('#map .scatterlayer .trace')[2].querySelectorAll('path.point').length")
+        seen["info"] = page.inner_text("#info")
+        page.screenshot(path=str(screenshot))
+        browser.close()
+    return seen

@@ -25,6 +25,15 @@
     }
     return lines.join("<br>");
   }
+  // A colour per category, however many: the 20 of the palette, then golden-angle hues at three
+  // lightnesses and saturations (hundreds of models stay apart by hue, and the legend, the hover
+  // and a click on a legend row say which is which).
+  function categoryColour(k) {
+    if (k < PALETTE.length) return PALETTE[k];
+    const j = k - PALETTE.length;
+    const h = (j * 137.508 + 20) % 360, s = [72, 52, 88][j % 3], l = [42, 58, 32][Math.floor(j / 3) % 3];
+    return "hsl(" + h.toFixed(1) + "," + s + "%," + l + "%)";
+  }
   function colours(field) {
     const vals = D.values[field];
     const nums = vals.filter(v => typeof v === "number");
@@ -42,21 +51,34 @@
     let order = uniq.sort((a, b) => counts[b] - counts[a] || (a < b ? -1 : a > b ? 1 : 0));
     if (D.numeric.includes(field)) order = uniq.sort((a, b) => (a === "n/a") - (b === "n/a") || Number(a) - Number(b));
     const col = {};
-    order.forEach((c, k) => { col[c] = k < PALETTE.length - 1 ? PALETTE[k] : "#bbbbbb"; });
+    let k = 0;
+    for (const c of order) col[c] = c === "n/a" ? "#bbbbbb" : categoryColour(k++);
     return {colour: vals.map(v => col[show(v)]),
-            legend: order.slice(0, PALETTE.length).map(c => [c + " (" + counts[c] + ")", col[c]])};
+            legend: order.map(c => [c + " (" + counts[c] + ")", col[c], c])};
   }
   function legend(entries) {
     const box = document.getElementById("legend");
     box.replaceChildren();
-    for (const [text, c] of entries) {
+    for (const [text, c, value] of entries) {
       const row = document.createElement("div");
       const sw = document.createElement("span");
       sw.className = "sw"; sw.style.background = c;
       const t = document.createElement("span");
       t.textContent = text;
       row.append(sw, t); box.append(row);
+      if (value !== undefined) {  // a category: a click rings its points and lists them
+        row.className = "category"; row.title = "show these points";
+        row.addEventListener("click", () => ringCategory(value));
+      }
     }
+  }
+  function ringCategory(value) {
+    const field = document.getElementById("color-by").value, P = D.layouts[L];
+    const idx = D.ids.map((_, i) => i).filter(i => show(D.values[field][i]) === value);
+    search.value = "";
+    Plotly.restyle("map", {x: [idx.map(i => P.x[i])], y: [idx.map(i => P.y[i])],
+      "marker.size": [idx.map(() => 16)]}, [2]);
+    info.textContent = field + ": " + value + " (" + idx.length + ")\n" + idx.map(i => D.ids[i]).join("\n");
   }
   let L = 0;  // the layout shown (index into D.layouts)
   function pathXY() {
@@ -154,5 +176,5 @@
   }
   search.addEventListener("input", highlight);
   search.addEventListener("change", highlight);
-  window.encmapMap = {data: D, highlight: highlight, layout: () => L};
+  window.encmapMap = {data: D, highlight: highlight, layout: () => L, ringCategory: ringCategory};
 })();
