@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,8 @@ TEXTS = [f"Sentence {i} says something about {w} and the {v} of it."
 
 
 def api_spec(url: str, **kw) -> dict:
-    return {"backend": "openai", "model": SERVED, "base_url": url, "api_key_env": "ENCMAP_TEST_API_KEY",
+    return {"backend": "openai", "model": SERVED, "served_model": None, "base_url": url,
+            "api_key_env": "ENCMAP_TEST_API_KEY",
             "revision": "2026-11-26", "dimensions": None, "dims": [128], "renormalize_truncated": True,
             "batch_size": 8, "concurrency": 2, "rate_limit": None, "max_tokens": None} | kw
 
@@ -166,6 +168,18 @@ def test_a_budget_is_checked_before_anything_is_sent(proxy):
     with pytest.raises(EncmapError, match=r"about [\d,]+ tokens to send for 48 texts .* over its max_tokens 100"):
         embed_model("mini-api", api_spec(proxy.url, max_tokens=100), TEXTS)
     assert proxy.requests == 0
+    # The budget is the entry's over every call, the probes counted. Old: checked per call, so embed
+    # 2,262 + evaluate 34,475 tokens passed a 36,000 budget.
+    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+
+    first, rest = TEXTS[:24], TEXTS[24:]
+    budget = estimate_tokens(first) + estimate_tokens(list(PROBES)) + 10
+    done = embed_model("mini-api", api_spec(proxy.url, max_tokens=budget), first)  # within it alone
+    sent = proxy.requests
+    with pytest.raises(EncmapError, match=r"with [\d,]+ already spent on this entry by earlier calls, over its "
+                                          rf"max_tokens {budget:,}"):
+        embed_model("mini-api", api_spec(proxy.url, max_tokens=budget), rest)  # a second call: over the entry's
+    assert proxy.requests == sent and done.provenance["served_model"] == SERVED
 
 
 @pytest.mark.slow(minutes=1)
@@ -218,6 +232,11 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     p2["models"]["minilm-api"]["revision"] = "2026-12-01"
     (proj / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))
     assert "embed@minilm-api" in run("encmap repro -n", proj).stdout
+    # The README's place command with an entry of a served encoder, as for any other (old: "key source
+    # does not apply"): placed on its twins.
+    (tmp_path / "api.yaml").write_text(yaml.safe_dump(api_spec(server.url, dims=[], meta=meta)))
+    out = run(f"encmap place {SERVED} --id placed-api --spec {tmp_path / 'api.yaml'}", proj).stdout
+    assert "placed-api__out" in out and "the same encoder as minilm-" in out, out
 
 
 def test_encmap_check_refuses_an_unset_key_variable_and_slices_leave_transport_out(tmp_path, monkeypatch):
@@ -244,7 +263,8 @@ def test_encmap_check_refuses_an_unset_key_variable_and_slices_leave_transport_o
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     base = param_slices(params)["results/params/embed/mini-api.json"]
-    for key, value in (("base_url", "https://elsewhere.example/v1"), ("api_key_env", "OTHER"), ("batch_size", 2),
+    for key, value in (("base_url", "https://elsewhere.example/v1"), ("served_model", "other"),
+                       ("api_key_env", "OTHER"), ("batch_size", 2),
                        ("concurrency", 9), ("rate_limit", 60), ("max_tokens", 10**6)):
         params["models"]["mini-api"][key] = value
         assert param_slices(params)["results/params/embed/mini-api.json"] == base, key
@@ -315,3 +335,26 @@ def test_two_endpoints_never_share_vectors_and_bad_input_is_named(server, tmp_pa
     (cache / "fingerprints.json").write_text("{not json")
     with pytest.raises(EncmapError, match=r"fingerprints.json: the drift probes' first answers cannot be read"):
         embed_model("mini-api", api_spec(server.url, revision="r-fp"), TEXTS[:8])
+
+
+@pytest.mark.slow(minutes=1)
+def test_the_served_model_is_checked_and_an_answer_has_a_total_deadline(server, proxy, monkeypatch):
+    """Old: real infinity-emb answered a request for text-embedding-3-small with its MiniLM's vectors,
+    recorded under that name; a server sending one byte every 5 s kept a request open past 330 s."""
+    from encmap.encoders.backends import openai_api
+
+    with pytest.raises(EncmapError, match=r"answered the drift probes with model 'all-MiniLM-L6-v2', not "
+                                          r"'text-embedding-3-small'.*set served_model: 'all-MiniLM-L6-v2'"):
+        embed_model("mini-api", api_spec(server.url, model="text-embedding-3-small"), TEXTS[:8])
+    ok = embed_model("mini-api", api_spec(server.url, model="text-embedding-3-small", served_model=SERVED), TEXTS[:8])
+    assert ok.provenance["served_model"] == SERVED and ok.provenance["api_model"] == "text-embedding-3-small"
+    monkeypatch.setattr(openai_api, "REQUEST_DEADLINE_S", 1.5)
+    proxy.mode, proxy.after = "drip", proxy.requests + 1  # the probes pass; the texts' answer drips
+    t0 = time.monotonic()
+    spec = api_spec(proxy.url, revision="r-drip", batch_size=8, concurrency=1)
+    with pytest.raises(EncmapError, match=r"the answer of .* to inputs 0-7 did not arrive whole within 2 s"):
+        embed_model("mini-api", spec, TEXTS[:8])
+    assert time.monotonic() - t0 < 30
+    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+
+    assert ResponseCache().get([cache_key(spec, t) for t in TEXTS[:8]]) == {}

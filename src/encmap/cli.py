@@ -345,7 +345,7 @@ def _mteb_scores(args) -> int:
 def _place(args) -> int:
     import yaml
 
-    from .params import append_models
+    from .params import append_models, takes_key
     from .place import default_model_id, place_encoder, place_spec, source_ref
 
     if args.spec:
@@ -355,7 +355,8 @@ def _place(args) -> int:
             raise EncmapError(f"--spec {args.spec}: {e}") from None
         if not isinstance(spec, dict):
             raise EncmapError(f"--spec {args.spec}: expected a mapping (one params.yaml model entry)")
-        spec = spec | {"source": source_ref(args.source)}
+        if takes_key(spec, "source"):  # a served encoder (backend openai) has none: SOURCE then names it
+            spec = spec | {"source": source_ref(args.source)}
         if args.trust_remote_code:
             spec["trust_remote_code"] = True
     else:
@@ -374,7 +375,7 @@ def _place(args) -> int:
         spec = place_spec(args.source, backend=args.backend, layers=layers,
                           pooling=[x for x in args.pooling.split(",") if x], meta=meta,
                           trust_remote_code=args.trust_remote_code)
-    model = args.id or default_model_id(spec["source"])
+    model = args.id or default_model_id(spec.get("source") or args.source)
     res = place_encoder(model, spec, params_path=args.params, out_dir=args.out, device=args.device)
     for i, e in enumerate(res["ids"]):
         x, y = res["coords"][i]

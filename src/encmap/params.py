@@ -195,6 +195,16 @@ def _first_non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
     return None
 
 
+def takes_key(spec: dict, key: str) -> bool:
+    """Whether a model entry of ``spec``'s backend (and method) may hold ``key``: no branch of the
+    schema that applies to it forbids the key (``openai`` entries have no ``source``)."""
+    import jsonschema
+
+    return not any(branch["then"].get("properties", {}).get(key) is False
+                   for branch in schema()["$defs"]["model"]["allOf"]
+                   if jsonschema.Draft202012Validator(branch["if"]).is_valid(spec))
+
+
 def _message(error, params: Any) -> str:
     """``key <dotted path>: <what is wrong>``, reworded where the schema's words would not say what to
     change (``error``: a jsonschema.ValidationError)."""

@@ -98,7 +98,7 @@ class Proxy:
     (a refusal whose text echoes the Authorization header, key and all); ``huge`` (one value 1e39),
     ``zero`` (an all-zero vector), ``null`` (an ``embedding: null``), ``base64`` (every vector as
     base64 float32), ``html`` / ``html-json`` (a 200 with an HTML page, labelled as such or as
-    JSON); the rewriting modes spare
+    JSON), ``drip`` (the answer one byte per 0.2 s); the rewriting modes spare
     the first ``after`` requests. ``requests``: how many
     POSTs reached the proxy; ``texts``: how many inputs they carried."""
 
@@ -155,6 +155,19 @@ class Proxy:
                     code, payload = e.code, e.read()
                 except (urllib.error.URLError, OSError):
                     return self._send(502, b'{"error": {"message": "upstream down"}}')
+                if body is not None and code == 200 and rewrite and proxy.mode == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    try:
+                        for i in range(len(payload)):  # bounded: one byte per 0.2 s until the client leaves
+                            self.wfile.write(payload[i:i + 1])
+                            self.wfile.flush()
+                            time.sleep(0.2)
+                    except OSError:
+                        pass
+                    return None
                 if body is not None and code == 200 and rewrite and proxy.mode in ("html", "html-json"):
                     page = b"<html><body>Service temporarily unavailable</body></html>"
                     self.send_response(200)

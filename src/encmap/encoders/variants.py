@@ -82,7 +82,8 @@ def model_variants(model: str, spec: dict) -> list[Variant]:
 DESCRIPTIVE_KEYS = ("meta",)
 #: Keys of a model entry that change how its vectors are fetched, not what they are, by backend:
 #: the embed and evaluate steps need them, but their params slices leave them out (no rerun).
-TRANSPORT_KEYS = {"openai": ("base_url", "api_key_env", "batch_size", "concurrency", "rate_limit", "max_tokens")}
+TRANSPORT_KEYS = {"openai": ("base_url", "served_model", "api_key_env", "batch_size", "concurrency", "rate_limit",
+                             "max_tokens")}
 
 
 def computed_spec(spec: dict) -> dict:

@@ -47,6 +47,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 
@@ -58,8 +59,11 @@ log = logging.getLogger(__name__)
 
 #: Retries of one request by the client (exponential backoff, ``Retry-After`` honoured).
 MAX_RETRIES = 8
-#: Seconds one request may take.
+#: Seconds the client waits for any one read (connect, a chunk of the answer).
 TIMEOUT_S = 120.0
+#: Seconds one request's whole answer may take to arrive (a per-read timeout never trips on a
+#: server that sends a byte every few seconds).
+REQUEST_DEADLINE_S = 300.0
 #: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
 #: Fixed probe sentences whose embeddings fingerprint the served model.
@@ -182,7 +186,9 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
     data = list(response.data)
     what = "the drift probes" if first is None else f"inputs {first}-{first + count - 1}"
     where = f"model {model!r}: the endpoint's response to {what}"
-    idx = [int(d.index) for d in data]
+    if not all(isinstance(d.index, int) and not isinstance(d.index, bool) for d in data):
+        raise EncmapError(f"{where} has items without an integer index; refused (nothing from it is kept)")
+    idx = [d.index for d in data]
     if len(data) != count or sorted(idx) != list(range(count)):
         raise EncmapError(f"{where} holds {len(data)} embeddings with indices {sorted(idx)[:8]}..., expected one per "
                           f"input, 0-{count - 1}; refused (nothing from it is kept)")
@@ -269,21 +275,47 @@ class Fetcher:
         self.tokens = 0
         self.tokens_reported = True
         self.requests = 0
+        self.served: set[str] = set()
+        self.spent = 0  # tokens this fetcher used: reported, else estimated (for the entry's budget)
         self.lock = threading.Lock()
 
-    def call(self, texts: list[str]):
+    def call(self, texts: list[str], what: str = "a batch") -> SimpleNamespace:
+        """One request's answer, read whole within :data:`REQUEST_DEADLINE_S` (a server that sends a
+        byte now and then never trips the client's per-read timeout) and parsed here: the protocol's
+        fields or a refusal naming the model, the status and what was wrong."""
         self.limit.wait()
         kw = {"dimensions": self.spec["dimensions"]} if self.spec["dimensions"] is not None else {}
         with self.lock:
             self.requests += 1
-        return self.client.embeddings.create(model=self.spec["model"], input=texts, encoding_format="float", **kw)
+        deadline = time.monotonic() + REQUEST_DEADLINE_S
+        where = f"model {self.model!r}: the answer of {self.spec['base_url']} to {what}"
+        try:
+            with self.client.embeddings.with_streaming_response.create(
+                    model=self.spec["model"], input=texts, encoding_format="float", **kw) as raw:
+                status, ctype, body = raw.status_code, raw.headers.get("content-type", ""), bytearray()
+                for chunk in raw.iter_bytes():
+                    body += chunk
+                    if time.monotonic() > deadline:
+                        raise EncmapError(f"{where} did not arrive whole within {REQUEST_DEADLINE_S:.0f} s "
+                                          f"({len(body)} bytes so far); refused (nothing from it is kept)")
+        except EncmapError:
+            raise
+        except Exception as e:  # the transport failed mid-answer (httpx's errors are not the client's)
+            import openai
+
+            if isinstance(e, openai.APIError):
+                raise
+            raise EncmapError(f"{where} broke off ({type(e).__name__}: {e}); refused (nothing from it is kept)") from None
+        return _parse(f"model {self.model!r}: HTTP {status} from {self.spec['base_url']} for {what}", bytes(body),
+                      ctype)
 
     def batch(self, texts: list[str], first: int | None, keep: bool = True) -> np.ndarray:
         """Vectors (b, d) of ``texts`` (inputs ``first``...; None: the drift probes); cached when ``keep``."""
         import openai
 
+        what = "the drift probes" if first is None else f"inputs {first}-{first + len(texts) - 1}"
         try:
-            response = self.call(texts)
+            response = self.call(texts, what)
         except openai.APIStatusError as e:
             if 400 <= (e.status_code or 0) < 500 and e.status_code not in (401, 403, 429) and len(texts) > 1:
                 bad, err = _first_bad(self.call, texts, first or 0)
@@ -291,19 +323,16 @@ class Fetcher:
             raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes") from None
         except openai.APIError as e:  # connection errors and timeouts, once the client's retries are spent
             raise _refusal(self.model, self.spec, e, first) from None
-        except (ValueError, TypeError, AttributeError) as e:  # a 200 whose body the client cannot read as JSON
-            raise EncmapError(f"model {self.model!r}: HTTP 200 from {self.spec['base_url']} for "
-                              f"{'the drift probes' if first is None else f'inputs {first}-{first + len(texts) - 1}'}"
-                              f" is not an embeddings response ({type(e).__name__}: {str(e)[:200]}); refused "
-                              "(nothing from it is kept)") from None
-        if not isinstance(getattr(response, "data", None), list):
-            raise EncmapError(f"model {self.model!r}: HTTP 200 from {self.spec['base_url']} for "
-                              f"{'the drift probes' if first is None else f'inputs {first}-{first + len(texts) - 1}'}"
-                              f" is not an embeddings response (a {type(response).__name__}: "
-                              f"{str(response)[:120]!r}); refused (nothing from it is kept)")
+        expected = self.spec["served_model"] or self.spec["model"]
+        if response.model is not None and response.model != expected:
+            raise EncmapError(f"model {self.model!r}: {self.spec['base_url']} answered {what} with model "
+                              f"{response.model!r}, not {expected!r}; refused (nothing from it is kept). If that is "
+                              f"the model you mean, set served_model: {response.model!r} in its entry")
         E, tokens = _vectors(self.model, response, len(texts), self.width, first)
         with self.lock:
             self.width = self.width or E.shape[1]
+            self.served.add(response.model or "not reported")
+            self.spent += tokens if tokens is not None else estimate_tokens(texts)
             if tokens is None:
                 self.tokens_reported = False
             else:
@@ -313,12 +342,58 @@ class Fetcher:
         return E
 
 
+def _parse(where: str, body: bytes, ctype: str) -> SimpleNamespace:
+    """An embeddings response's fields (``data`` items with ``index`` and ``embedding``, ``usage``,
+    ``model``) from its body, or a refusal saying what it was instead."""
+    try:
+        doc = json.loads(body)
+    except (ValueError, UnicodeDecodeError):
+        raise EncmapError(f"{where} is not an embeddings response: not JSON ({ctype or 'no content type'}, "
+                          f"{bytes(body[:60])!r}); refused (nothing from it is kept)") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
+        raise EncmapError(f"{where} is not an embeddings response: no 'data' list ({str(doc)[:80]!r}); refused "
+                          "(nothing from it is kept)")
+    items = [SimpleNamespace(index=d.get("index"), embedding=d.get("embedding")) if isinstance(d, dict)
+             else SimpleNamespace(index=None, embedding=None) for d in doc["data"]]
+    usage = doc.get("usage")
+    tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
+    model = doc.get("model")
+    return SimpleNamespace(data=items, usage=SimpleNamespace(prompt_tokens=tokens if isinstance(tokens, int) else None),
+                           model=model if isinstance(model, str) else None)
+
+
 def _encodable(text: str) -> bool:
     try:
         text.encode("utf-8")
         return True
     except UnicodeEncodeError:
         return False
+
+
+def _budget_key(spec: dict) -> str:
+    return json.dumps([endpoint(spec), spec["model"], spec["revision"], spec["dimensions"]])
+
+
+def tokens_spent(spec: dict, ledger: Path) -> int:
+    """Tokens spent so far on an entry's vectors (reported by the endpoint, else estimated)."""
+    try:
+        return int(json.loads(ledger.read_text()).get(_budget_key(spec), 0)) if ledger.is_file() else 0
+    except (ValueError, OSError, AttributeError) as e:
+        raise EncmapError(f"{ledger}: the tokens spent per API entry cannot be read ({e}); move it aside to "
+                          "start the count again") from None
+
+
+def add_spent(spec: dict, ledger: Path, tokens: int) -> None:
+    """Add ``tokens`` to an entry's count (under a lock: embed and evaluate jobs may run side by side)."""
+    from filelock import FileLock
+
+    from ...io import atomic_write_text
+
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(ledger) + ".lock"):
+        counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
+        counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
+        atomic_write_text(ledger, json.dumps(counts, sort_keys=True))
 
 
 def estimate_tokens(texts: list[str]) -> int:
@@ -407,43 +482,58 @@ def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None
         keys = [cache_key(spec, t) for t in texts]
         have = cache.get(keys)
         todo = [i for i, k in enumerate(keys) if k not in have]
-        if spec["max_tokens"] is not None:
-            need = estimate_tokens([texts[i] for i in todo])
-            if need > spec["max_tokens"]:
+        ledger = (Path(fingerprints).parent if fingerprints else cache_dir() / "api") / "spent.json"
+        if spec["max_tokens"] is not None and todo:
+            # The budget is the entry's, across every call (embed, evaluate, place), the probes included.
+            need = estimate_tokens([texts[i] for i in todo]) + estimate_tokens(list(PROBES))
+            spent = tokens_spent(spec, ledger)
+            if spent + need > spec["max_tokens"]:
                 raise EncmapError(f"model {model!r}: about {need:,} tokens to send for {len(todo):,} texts not in the "
-                                  f"cache ({CHARS_PER_TOKEN} characters per token), over its max_tokens "
+                                  f"cache and the drift probes ({CHARS_PER_TOKEN} characters per token), with "
+                                  f"{spent:,} already spent on this entry by earlier calls, over its max_tokens "
                                   f"{spec['max_tokens']:,}; nothing was sent")
         fetch = Fetcher(model, spec, cache)
-        drift = {}
-        if todo:  # nothing to send, nothing sent: the probes go only with real work
-            drift = check_drift(model, spec, fetch.batch(list(PROBES), None, keep=False), fingerprints)
-            if "drift" in drift and have:
-                raise EncmapError(f"model {model!r}: the endpoint's model {spec['model']!r} (revision "
-                                  f"{spec['revision']!r}) changed since {drift['first_seen']}, and the cache holds "
-                                  f"{len(have):,} of its vectors from before; an encoder of old and new vectors "
-                                  "would be neither. Set a new revision to recompute it; nothing was written")
-        widths = {v.shape[0] for v in have.values()}
-        if len(widths | ({fetch.width} if fetch.width else set())) > 1:
-            raise EncmapError(f"model {model!r}: cached vectors of width {sorted(widths)} and the endpoint's "
-                              f"{fetch.width}: the cache does not match this model; set a new revision")
-        bs = spec["batch_size"]
-        parts = [todo[i:i + bs] for i in range(0, len(todo), bs)]
-        t0 = time.perf_counter()
-        with ThreadPoolExecutor(max_workers=spec["concurrency"]) as pool:
-            done = list(pool.map(lambda p: (p, fetch.batch([texts[i] for i in p], p[0])), parts))
-        got = dict(have)
-        for p, E in done:
-            got.update({keys[i]: e for i, e in zip(p, E)})
-        full = np.vstack([got[k] for k in keys]) if texts else np.zeros((0, fetch.width or 0), np.float32)
-        tokens = fetch.tokens if fetch.tokens_reported else None
-        # To stderr, which is the job's log (logs/embed/<model>.log): what the run cost.
-        print(f"encmap: model {model!r}: {len(texts)} texts, {len(texts) - len(todo)} from the cache, {len(todo)} sent "
-              f"in {fetch.requests} requests with the drift probes ({time.perf_counter() - t0:.1f} s), tokens used: "
-              f"{tokens if tokens is not None else 'not reported'}", file=sys.stderr)
-        prov = {"api_model": spec["model"], "revision": spec["revision"], "dimensions": spec["dimensions"],
-                "base_url": spec["base_url"], "texts_cached": len(texts) - len(todo), "texts_sent": len(todo),
-                "requests": fetch.requests, "tokens": tokens, "width": int(full.shape[1])} | drift
-        return output_only(model, spec, full, prov)
+        try:
+            return _fetch_all(model, spec, texts, keys, have, todo, fetch, fingerprints)
+        finally:
+            if fetch.spent:
+                add_spent(spec, ledger, fetch.spent)
     finally:
         if own:
             cache.close()
+
+
+def _fetch_all(model: str, spec: dict, texts: list[str], keys: list[str], have: dict, todo: list[int],
+               fetch: "Fetcher", fingerprints: Path | None) -> EmbeddingResult:
+    """The texts not in the cache (``todo``) fetched after the drift probes, placed among the cached ones."""
+    drift = {}
+    if todo:  # nothing to send, nothing sent: the probes go only with real work
+        drift = check_drift(model, spec, fetch.batch(list(PROBES), None, keep=False), fingerprints)
+        if "drift" in drift and have:
+            raise EncmapError(f"model {model!r}: the endpoint's model {spec['model']!r} (revision "
+                              f"{spec['revision']!r}) changed since {drift['first_seen']}, and the cache holds "
+                              f"{len(have):,} of its vectors from before; an encoder of old and new vectors "
+                              "would be neither. Set a new revision to recompute it; nothing was written")
+    widths = {v.shape[0] for v in have.values()}
+    if len(widths | ({fetch.width} if fetch.width else set())) > 1:
+        raise EncmapError(f"model {model!r}: cached vectors of width {sorted(widths)} and the endpoint's "
+                          f"{fetch.width}: the cache does not match this model; set a new revision")
+    bs = spec["batch_size"]
+    parts = [todo[i:i + bs] for i in range(0, len(todo), bs)]
+    t0 = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=spec["concurrency"]) as pool:
+        done = list(pool.map(lambda p: (p, fetch.batch([texts[i] for i in p], p[0])), parts))
+    got = dict(have)
+    for p, E in done:
+        got.update({keys[i]: e for i, e in zip(p, E)})
+    full = np.vstack([got[k] for k in keys]) if texts else np.zeros((0, fetch.width or 0), np.float32)
+    tokens = fetch.tokens if fetch.tokens_reported else None
+    # To stderr, which is the job's log (logs/embed/<model>.log): what the run cost.
+    print(f"encmap: model {model!r}: {len(texts)} texts, {len(texts) - len(todo)} from the cache, {len(todo)} sent "
+          f"in {fetch.requests} requests with the drift probes ({time.perf_counter() - t0:.1f} s), tokens used: "
+          f"{tokens if tokens is not None else 'not reported'}", file=sys.stderr)
+    prov = {"api_model": spec["model"], "revision": spec["revision"], "dimensions": spec["dimensions"],
+            "base_url": spec["base_url"], "texts_cached": len(texts) - len(todo), "texts_sent": len(todo),
+            "requests": fetch.requests, "tokens": tokens, "width": int(full.shape[1]),
+            "served_model": ", ".join(sorted(fetch.served)) or None} | drift
+    return output_only(model, spec, full, prov)
