@@ -11,6 +11,7 @@ from encmap.workflow.config import check_snakemake_config
 from encmap.workflow.deps import code_key
 from encmap.workflow.integrity import for_snakemake, record_for_snakemake
 from encmap.workflow.jobs import keep_update_outputs_of_failed_jobs, one_reevaluation_timer, replace_stale_backups
+from encmap.workflow.made import record_made
 from encmap.workflow.stages import STAGES, all_targets
 
 # Snakemake 9 starts one more perpetual 1 s re-evaluation timer per finished job (the scheduler
@@ -20,6 +21,9 @@ one_reevaluation_timer()
 replace_stale_backups()
 # A failed job under SLURM has no backup in this process: its previous outputs are kept, not deleted.
 keep_update_outputs_of_failed_jobs()
+# Each finished job's outputs and what they were made from (code, params, inputs): `encmap record`
+# then records a plain run's results in dvc.lock (encmap.workflow.made).
+record_made(workflow)
 
 # Validates every config file (duplicate keys too) and the merged config; fails before any job.
 check_snakemake_config(config, workflow.configfiles)

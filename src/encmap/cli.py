@@ -44,6 +44,11 @@ def main(argv: list[str] | None = None) -> int:
                                     "with one Snakemake process instead of one per stage")
     rp.add_argument("targets", nargs="*", help="stages to bring up to date with their upstream (default: all)")
     rp.add_argument("-n", "--dry-run", action="store_true", help="list the stale stages, run nothing")
+    sub.add_parser("record", help="record in dvc.lock what a plain `snakemake` run made (no job runs)",
+                   description="encmap record: after `snakemake --cores all`, record in dvc.lock, as `dvc commit` "
+                               "would, every stale stage whose outputs a Snakemake job made from the current code, "
+                               "params and inputs (proven from what each job recorded when it finished, never from "
+                               "file times); every other stale stage is named and stays stale")
     sub.add_parser("params-slices",
                    description="write each stage's params slice under results/params (the DVC stage 'params' runs it)")
     s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
@@ -117,6 +122,10 @@ def main(argv: list[str] | None = None) -> int:
             from .workflow.repro import repro
 
             return repro(Path(args.params).resolve().parent, args.targets, passed, args.dry_run)
+        if args.cmd == "record":
+            from .workflow.made import record
+
+            return record(Path(args.params).resolve().parent)
         if args.cmd == "catalogue":
             return _catalogue(args)
         if args.cmd == "mteb-scores":
