@@ -37,6 +37,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -longest[item.path])
 
 
+@pytest.hookimpl(optionalhook=True)  # a machine without pytest-xdist (the GPU box's Python) has no such hook
 def pytest_xdist_make_scheduler(config, log):
     """``--dist loadfile`` that keeps the longest files on different workers (longest first).
 

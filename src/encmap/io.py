@@ -107,6 +107,24 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         raise
 
 
+def replace_shared_text(path: str | Path, text: str) -> None:
+    """Write UTF-8 text to ``path`` via a temporary file of its own and a rename, for a file that
+    several processes share (a cache, a ledger): unlike :func:`atomic_path`, another writer's
+    temporary is never removed, the file is no job's output (no check of its age), and the
+    testing pause does not apply."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write UTF-8 text to ``path`` via a temporary file and rename."""
     with atomic_path(path) as tmp:

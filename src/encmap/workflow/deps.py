@@ -301,7 +301,7 @@ def _remembered(what: str, sources: list[Path], compute) -> list[str]:
     import hashlib
     import json
 
-    from ..io import atomic_write_text
+    from ..io import replace_shared_text
     from ..params import RENDERED
 
     h = hashlib.sha256()
@@ -321,7 +321,7 @@ def _remembered(what: str, sources: list[Path], compute) -> list[str]:
     table[what] = value = compute()
     try:
         cache.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(cache, json.dumps(table, sort_keys=True))
+        replace_shared_text(cache, json.dumps(table, sort_keys=True))
         for old in cache.parent.glob(f"reach-{where}-*.json"):  # these folders' answers for other contents
             if old != cache:
                 old.unlink(missing_ok=True)

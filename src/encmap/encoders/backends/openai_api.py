@@ -387,13 +387,13 @@ def add_spent(spec: dict, ledger: Path, tokens: int) -> None:
     """Add ``tokens`` to an entry's count (under a lock: embed and evaluate jobs may run side by side)."""
     from filelock import FileLock
 
-    from ...io import atomic_write_text
+    from ...io import replace_shared_text
 
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(ledger) + ".lock"):
         counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
         counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
-        atomic_write_text(ledger, json.dumps(counts, sort_keys=True))
+        replace_shared_text(ledger, json.dumps(counts, sort_keys=True))
 
 
 def estimate_tokens(texts: list[str]) -> int:
