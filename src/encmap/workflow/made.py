@@ -123,9 +123,11 @@ def record_made(workflow) -> None:
     DAG.finish = recording_finish
 
 
-def _why_not(root: Path, stage: str, targets: tuple[str, ...], made: dict, basis: Basis, model: str | None,
+def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, model: str | None,
              digests: dict) -> str | None:
-    """Why ``stage``'s outputs cannot be shown made from the current code, params and inputs, or None."""
+    """Why the DVC outputs ``outs`` of ``stage`` (its outs, metrics and plots: what DVC would record)
+    cannot be shown made from the current code, params and inputs, or None. A directory output
+    that no job made whole must hold only files that jobs made (per-encoder files)."""
     from .snakemake_call import content_digest
 
     def now(path: str) -> str | None:
@@ -134,11 +136,19 @@ def _why_not(root: Path, stage: str, targets: tuple[str, ...], made: dict, basis
         return digests[path]
 
     code, params = basis.code(stage), basis.params(stage, model)
-    for t in targets:
-        t = os.path.normpath(t)
-        owner = t if t in made else next((o for o in made if t.startswith(o + os.sep)), None)
-        if owner is None:
-            return f"{t}: no job of a Snakemake run made it"
+    owners = []
+    for out in map(os.path.normpath, outs):
+        if out in made or not (root / out).is_dir():
+            owners.append(out)
+            continue
+        inside = sorted(str(p.relative_to(root)) for p in (root / out).rglob("*")
+                        if p.is_file() and not p.name.startswith("."))
+        if not inside:
+            return f"{out}: empty, no job of a Snakemake run made it"
+        owners += inside
+    for owner in owners:
+        if owner not in made:
+            return f"{owner}: no job of a Snakemake run made it"
         rec = made[owner]
         if rec["digest"] is None or now(owner) != rec["digest"]:
             return f"{owner}: changed since its job wrote it"
@@ -196,7 +206,7 @@ def record(root: str | Path = ".", log=print) -> int:
                     continue
                 job = stage_job(s.addressing, params, per_model)
                 model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
-                why = _why_not(root, job.rule, job.targets, made, basis, model, digests)
+                why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, digests)
                 if why is None and job.prune is not None:
                     extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
                                         paths=per_model.get(job.prune))
