@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 CHROMIUM = "/usr/bin/chromium"
 # No network here: without these, Chromium keeps trying Google's hosts.
@@ -11,6 +13,27 @@ ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--
 
 POINT_FILLS = """() => [...document.querySelectorAll('#map .scatterlayer .trace')[1].querySelectorAll('path.point')]
                        .map(p => p.style.fill)"""
+
+
+@contextmanager
+def map_page(html: Path, errors: list, requests: list | None = None) -> Iterator:
+    """The page ``html`` open in headless Chromium (1400 x 900), its points drawn; page errors
+    appended to ``errors`` and, with ``requests``, URLs other than file:/data:/about:/blob:."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        page = browser.new_page(viewport={"width": 1400, "height": 900})
+        if requests is not None:
+            page.on("request", lambda r: None if r.url.split(":")[0] in ("file", "data", "about", "blob")
+                    else requests.append(r.url))
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(html.resolve().as_uri())
+        page.wait_for_selector("#map .scatterlayer .trace path.point")
+        try:
+            yield page
+        finally:
+            browser.close()
 
 
 def inspect_map_page(html: Path, screenshot: Path, *, colour_field: str, search: str, hover_index: int = 0) -> dict:
@@ -23,17 +46,8 @@ def inspect_map_page(html: Path, screenshot: Path, *, colour_field: str, search:
     and after a wheel zoom), ``requests`` (URLs other than file:/data:/about:), ``errors``
     (page errors), ``pwned`` (``window.__pwned``: set only if injected HTML ran).
     """
-    from playwright.sync_api import sync_playwright
-
     seen: dict = {"requests": [], "errors": []}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("request", lambda r: None if r.url.split(":")[0] in ("file", "data", "about", "blob")
-                else seen["requests"].append(r.url))
-        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-        page.goto(html.resolve().as_uri())
-        page.wait_for_selector("#map .scatterlayer .trace path.point")
+    with map_page(html, seen["errors"], seen["requests"]) as page:
         seen["points"] = page.evaluate(
             "() => document.querySelectorAll('#map .scatterlayer .trace')[1].querySelectorAll('path.point').length")
         seen["fills_before"] = page.evaluate(POINT_FILLS)
@@ -59,7 +73,6 @@ def inspect_map_page(html: Path, screenshot: Path, *, colour_field: str, search:
         page.wait_for_timeout(200)
         page.screenshot(path=str(screenshot))
         seen["pwned"] = page.evaluate("() => window.__pwned === undefined ? null : window.__pwned")
-        browser.close()
     return seen
 
 
@@ -90,20 +103,13 @@ def inspect_layouts_and_lineage(html: Path, screenshots: tuple[Path, Path], *, h
     panel text) per layout shown, ``arrows`` (rendered lineage arrows before / after the
     checkbox), ``hover`` (hover text of point ``hover_index``), ``title`` per layout, ``errors``.
     """
-    from playwright.sync_api import sync_playwright
-
     # The encoder trace is the one with the most markers (plotly leaves empty traces out of the DOM).
     pos = """() => [...document.querySelectorAll('#map .scatterlayer .trace')]
                    .map(t => [...t.querySelectorAll('path.point')]).sort((a, b) => b.length - a.length)[0]
                    .map(p => p.getAttribute('transform'))"""
     arrows = "() => document.querySelectorAll('#map .annotation-arrow-g').length"
     seen: dict = {"errors": [], "positions": [], "faithfulness": [], "title": [], "arrows": []}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-        page.goto(html.resolve().as_uri())
-        page.wait_for_selector("#map .scatterlayer .trace path.point")
+    with map_page(html, seen["errors"]) as page:
         seen["arrows"].append(page.evaluate(arrows))
         page.check("#lineage")
         page.wait_for_timeout(200)
@@ -120,7 +126,6 @@ def inspect_layouts_and_lineage(html: Path, screenshots: tuple[Path, Path], *, h
         page.evaluate(f"() => Plotly.Fx.hover('map', [{{curveNumber: 1, pointNumber: {hover_index}}}])")
         page.wait_for_timeout(200)
         seen["hover"] = page.evaluate("() => document.querySelector('#map .hoverlayer').textContent")
-        browser.close()
     return seen
 
 
@@ -131,15 +136,8 @@ def inspect_categories(html: Path, screenshot: Path, *, field: str, hover_index:
     swatch colour, as the browser computed both), ``hover`` (hover text of point ``hover_index``),
     ``ringed`` (markers ringed after a click on legend row ``click_row``), ``info``, ``errors``.
     """
-    from playwright.sync_api import sync_playwright
-
     seen: dict = {"errors": []}
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        page = browser.new_page(viewport={"width": 1400, "height": 900})
-        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-        page.goto(html.resolve().as_uri())
-        page.wait_for_selector("#map .scatterlayer .trace path.point")
+    with map_page(html, seen["errors"]) as page:
         page.select_option("#color-by", field)
         page.wait_for_timeout(300)
         seen["fills"] = page.evaluate(POINT_FILLS)
@@ -154,5 +152,4 @@ def inspect_categories(html: Path, screenshot: Path, *, field: str, hover_index:
             "() => document.querySelectorAll('#map .scatterlayer .trace')[2].querySelectorAll('path.point').length")
         seen["info"] = page.inner_text("#info")
         page.screenshot(path=str(screenshot))
-        browser.close()
     return seen
