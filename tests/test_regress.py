@@ -593,3 +593,59 @@ def test_the_head_is_the_dense_density_matrix_top_eigenvalues_and_pads_narrow_en
     assert spectral_head(spec, eps=eps, points=3).tolist() == head[:3].tolist()
     with pytest.raises(EncmapError, match="at least 1 point"):
         spectral_head(spec, eps=eps, points=0)
+
+
+@pytest.mark.parametrize("case", ["ridge", "elasticnet", "tie", "nan", "one-candidate"])
+def test_the_inner_search_makes_gridsearchcvs_choice_and_fit(case):
+    """InnerSearch (the regression's fast inner CV) against scikit-learn's GridSearchCV itself:
+    the same best parameters and the same fitted coefficients, bit for bit, on grouped inner
+    folds; including a tie (two candidates that fit alike: the first wins) and a fold whose predictions are
+    NaN (that candidate counts as the worst)."""
+    from sklearn import config_context
+    from sklearn.base import BaseEstimator, RegressorMixin
+    from sklearn.linear_model import ElasticNet, Ridge
+    from sklearn.model_selection import GridSearchCV, GroupKFold
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import FunctionTransformer
+
+    from encmap.downstream.regression import leading_columns
+    from encmap.downstream.search import InnerSearch
+
+    class NanAbove(BaseEstimator, RegressorMixin):  # Ridge whose predictions are NaN above an alpha
+        def __init__(self, alpha=1.0, limit=5.0):
+            self.alpha, self.limit = alpha, limit
+
+        def fit(self, X, y):
+            self.ridge_ = Ridge(alpha=self.alpha).fit(X, y)
+            return self
+
+        def predict(self, X):
+            p = self.ridge_.predict(X)
+            return p * np.nan if self.alpha > self.limit else p
+
+    rng = np.random.default_rng(3)
+    X, groups = rng.standard_normal((24, 10)), np.repeat(np.arange(6), 4)
+    y = X[:, :3] @ np.array([1.0, -1.0, 0.5]) + 0.3 * rng.standard_normal(24)
+    cv = list(GroupKFold(n_splits=3).split(X, groups=groups))
+    est, grid = {
+        "ridge": (Ridge(), {"alpha": [0.01, 1.0, 100.0]}),
+        # "auto" is "cholesky" on dense rows: equal scores, the first in ParameterGrid order wins.
+        "tie": (Ridge(), {"alpha": [100.0, 3.0], "solver": ["cholesky", "auto"]}),
+        "nan": (NanAbove(), {"alpha": [10.0, 100.0, 0.1, 1.0]}),
+        "one-candidate": (Ridge(), {"alpha": [7.0]}),
+        "elasticnet": (Pipeline([("components", FunctionTransformer(leading_columns)),
+                                 ("model", ElasticNet(max_iter=10000, random_state=0))]),
+                       {"components__kw_args": [{"k": 2}, {"k": 6}], "model__alpha": [1e-3, 1e-1],
+                        "model__l1_ratio": [0.2, 0.8]}),
+    }["elasticnet" if case == "elasticnet" else case]
+    with config_context(assume_finite=True):  # as encmap.parallel runs every fit: a NaN score is scored
+        ref = GridSearchCV(est, grid, cv=cv, scoring="neg_mean_squared_error", error_score="raise").fit(X, y)
+        ours = InnerSearch(est, grid, cv).fit(X, y)
+    assert ours.best_params_ == ref.best_params_
+    if case == "tie":
+        assert ours.best_params_ == {"alpha": 3.0, "solver": "cholesky"}
+    if case == "nan":
+        assert ours.best_params_["alpha"] <= 5.0
+    np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
+    X_new = rng.standard_normal((5, 10))
+    np.testing.assert_array_equal(ours.predict(X_new), ref.predict(X_new))

@@ -32,7 +32,6 @@ feature set computable from an encoder alone (:data:`PREDICTORS`).
 
 from __future__ import annotations
 
-import warnings
 from functools import partial
 from typing import Any
 
@@ -174,7 +173,7 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     Unsupervised steps (impute missing values with an indicator column, standardise, and for
     ``elasticnet`` PCA to the largest size tried) are fitted once on the training rows; the
     supervised choices (α, l1_ratio, how many components) are made by the inner CV (the
-    ``search`` step, a GridSearchCV). The PCA sizes tried are ``params['pca_dims']`` capped at
+    ``search`` step, a :class:`encmap.downstream.search.InnerSearch`). The PCA sizes tried are ``params['pca_dims']`` capped at
     what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
     ``impute``: the feature matrix has missing values somewhere (decided on all rows, not these:
     a held-out model may be the only one with a missing value). ``weights``: column weights of
@@ -184,9 +183,10 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     from sklearn.dummy import DummyRegressor
     from sklearn.impute import SimpleImputer
     from sklearn.linear_model import ElasticNet, Ridge
-    from sklearn.model_selection import GridSearchCV
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer, StandardScaler
+
+    from .search import InnerSearch
 
     if name == "mean":
         return DummyRegressor(strategy="mean")
@@ -199,18 +199,16 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     if weights is not None:
         head.append(("blocks", FunctionTransformer(scale_columns, kw_args={"w": weights})))
     if name == "ridge":
-        search = GridSearchCV(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv=cv,
-                              scoring="neg_mean_squared_error", error_score="raise")
+        search = InnerSearch(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv)
     elif name == "elasticnet":
         smallest = min(len(tr) for tr, _ in cv)
         dims = sorted({min(k, smallest, p) for k in params["pca_dims"]})
         head.append(("pca", PCA(n_components=max(dims), random_state=random_state)))
         inner = Pipeline([("components", FunctionTransformer(leading_columns)),
                           ("model", ElasticNet(max_iter=params["max_iter"], random_state=random_state))])
-        search = GridSearchCV(inner, {"components__kw_args": [{"k": k} for k in dims],
-                                      "model__alpha": list(params["elasticnet_alphas"]),
-                                      "model__l1_ratio": list(params["l1_ratios"])},
-                              cv=cv, scoring="neg_mean_squared_error", error_score="raise")
+        search = InnerSearch(inner, {"components__kw_args": [{"k": k} for k in dims],
+                                     "model__alpha": list(params["elasticnet_alphas"]),
+                                     "model__l1_ratio": list(params["l1_ratios"])}, cv)
     else:
         raise EncmapError(f"unknown regressor {name!r} (known: {REGRESSORS})")
     return Pipeline(head + [("search", search)])
@@ -220,14 +218,11 @@ def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, p
                   params: dict[str, Any], random_state: int, impute: bool = False,
                   weights: np.ndarray | None = None):
     """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
-    from sklearn.exceptions import ConvergenceWarning
+    from .search import fit_quiet
 
     est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute,
                          weights)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        est.fit(X, y)
-    return est
+    return fit_quiet(est, X, y)
 
 
 def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,
