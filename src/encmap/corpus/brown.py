@@ -10,6 +10,9 @@ from ..validation import EncmapError
 from .candidates import BROWN_DIR, INSTALL_HINT, Candidate
 
 _BROWN_TOKEN = re.compile(r"^(.*)/([^/]+)$")
+#: Tokens glued to what precedes them: closing punctuation and clitics (a set, not a regex: the
+#: task builder joins a million tokens per run).
+_GLUED = frozenset(".,;:!?%)]}") | {"'s", "n't", "'re", "'ve", "'ll", "'d", "'m"}
 
 
 def detokenize(tokens: list[str]) -> str:
@@ -28,7 +31,7 @@ def detokenize(tokens: list[str]) -> str:
             continue
         if out.endswith("\0"):
             out = out[:-1] + tok
-        elif re.fullmatch(r"[.,;:!?%)\]}]|'s|n't|'re|'ve|'ll|'d|'m", tok) or not out:
+        elif tok in _GLUED or not out:
             out += tok
         elif out.endswith(("(", "[", "$")):
             out += tok

@@ -11,14 +11,20 @@ import re
 import unicodedata
 
 
+_MARKUP = re.compile(r"\[\[|\]\]|\{\{|\}\}")
+_EMPTY_PARENS = re.compile(r"\(\s*[,;]?\s*\)")  # "( )" left where markup was removed
+_SPACE_BEFORE_PUNCT = re.compile(r"\s+([,.;:!?])")
+_SPACES = re.compile(r"\s+")
+
+
 def clean(text: str) -> str:
     """Unicode NFC, HTML entities, leftover wiki quotes/brackets, and whitespace."""
     t = unicodedata.normalize("NFC", html.unescape(text))
     t = t.replace("'''", "").replace("''", '"')
-    t = re.sub(r"\[\[|\]\]|\{\{|\}\}", "", t)
-    t = re.sub(r"\(\s*[,;]?\s*\)", "", t)  # "( )" left where markup was removed
-    t = re.sub(r"\s+([,.;:!?])", r"\1", t)
-    return re.sub(r"\s+", " ", t).strip()
+    t = _MARKUP.sub("", t)
+    t = _EMPTY_PARENS.sub("", t)
+    t = _SPACE_BEFORE_PUNCT.sub(r"\1", t)
+    return _SPACES.sub(" ", t).strip()
 
 
 def normalise_key(text: str) -> str:
