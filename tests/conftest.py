@@ -112,3 +112,19 @@ def tiny_st(tmp_path_factory, tiny_bert) -> Path:
 @pytest.fixture(scope="session")
 def user_file(tmp_path_factory) -> Path:
     return write_user_file(tmp_path_factory.mktemp("user") / "mine.txt")
+
+
+@pytest.fixture(scope="session")
+def snakemade(tmp_path_factory) -> Path:
+    """Ten control models (``light_params``) through plain ``snakemake --cores 2`` (the README's
+    command 1), committed; built once for the session (test_record reads copies of it, and
+    test_dvc_route's project is a copy of it recorded by ``encmap record``)."""
+    from support.project import built_once, light_params, make_project, run
+
+    def build(root: Path) -> None:
+        make_project(root, light_params(), git=True)
+        run("snakemake --cores 2", root)
+        run("git add -A && git commit -qm 'snakemake run'", root)
+
+    return built_once(tmp_path_factory, "snakemade", build)
+

@@ -13,27 +13,24 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.project import REPO, make_project, run, tree_hashes, with_param
-from test_repro import control_params
-
-def light_params() -> dict:
-    """Ten control models, the costly settings cut down (no MLP stitches, small grids and tasks)."""
-    params = control_params(10)
-    params["similarity"]["stitch"] |= {"mlp_depths": [], "ridge_alphas": [0.1, 10.0]}
-    params["regress"] |= {"pca_dims": [2, 4], "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5],
-                          "ridge_alphas": [0.1, 10.0], "folds": 3, "inner_folds": 2}
-    params["evaluate"] |= {"gloss": {"max_queries": 30, "distractors": 30},
-                           "brown": params["evaluate"]["brown"] | {"max_items": 120},
-                           "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100}}
-    return params
-
+from support.project import REPO, run, tree_hashes, with_param
 
 @pytest.fixture(scope="module")
-def computed(tmp_path_factory) -> Path:
-    """Ten control models through `encmap repro`, committed: each test works on a copy."""
-    proj = make_project(tmp_path_factory.mktemp("computed") / "p", light_params(), git=True)
-    run("encmap repro", proj)
-    run("git add -A && git commit -qm results", proj)
+def computed(snakemade, tmp_path_factory) -> Path:
+    """Ten control models, made by plain Snakemake (conftest's ``snakemade``, shared with
+    test_record) and recorded by ``encmap record``, committed: each test works on a copy. (The
+    same dvc.lock as ``encmap repro`` of the same params: test_record shows it up to date, and
+    test_repro shows ``encmap repro`` records what ``dvc repro`` would.) Without the plain run's
+    integrity ledger, as ``encmap repro`` leaves a project (under DVC none is kept): these tests
+    damage files behind a DVC-made project."""
+    from encmap.workflow.integrity import LEDGER
+
+    proj = tmp_path_factory.mktemp("computed") / "p"
+    shutil.copytree(snakemade, proj, symlinks=True)
+    out = run("encmap record", proj).stdout
+    assert "still stale" not in out and json.loads(run("dvc status --json", proj).stdout) == {}, out
+    (proj / LEDGER).unlink()
+    run("git add -A && git commit -qm recorded", proj)
     return proj
 
 
@@ -252,11 +249,12 @@ def test_a_killed_run_never_blocks_the_next(computed, tmp_path):
     run("git checkout HEAD -- params.yaml dvc.lock results && dvc checkout -q", proj)
     edit_params(proj, "qre.eps", 0.001)  # every features stage: its DAG reads the marked embeddings
     edit_params(proj, "models.ctl-0003.seed", 9)  # and an embed job in the same call
-    for cmd in ("dvc repro", "encmap repro"):  # each on its own copy of the killed project
+    # Up to the feature matrix: the jobs that read the marked files (what follows gather reads the matrix).
+    for cmd in ("dvc repro gather", "encmap repro gather"):  # each on its own copy of the killed project
         again = copy(proj, tmp_path / cmd.split()[0])
         r = run(cmd, again, check=False)
         assert r.returncode == 0 and "IncompleteFilesException" not in r.stdout + r.stderr, (cmd, r.stderr[-3000:])
-        assert json.loads(run("dvc status --json", again).stdout) == {}
+        assert json.loads(run("dvc status --json gather --with-deps", again).stdout) == {}, cmd
 
 
 @pytest.mark.slow(minutes=2)

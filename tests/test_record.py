@@ -11,19 +11,16 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.project import make_project, ran, run, tree_hashes, with_param
-from test_dvc_route import light_params
+from support.project import ran, run, tree_hashes, with_param
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def made(tmp_path_factory) -> Path:
-    """Ten control models through plain `snakemake --cores 2` (the README's command 1), committed."""
-    proj = make_project(tmp_path_factory.mktemp("made") / "p", light_params(), git=True)
-    run("snakemake --cores 2", proj)
-    run("git add -A && git commit -qm 'snakemake run'", proj)
-    return proj
+def made(snakemade) -> Path:
+    """Ten control models through plain `snakemake --cores 2` (the README's command 1), committed
+    (conftest's ``snakemade``: tests change only copies of it)."""
+    return snakemade
 
 
 def copy(made: Path, tmp_path: Path) -> Path:

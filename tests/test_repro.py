@@ -1,6 +1,6 @@
 """``encmap repro``: DVC's per-model decision, one Snakemake call per batch, the same dvc.lock.
 
-A params file with 200 generated models gives the same per-model staleness as one with 10 (a
+A params file with 200 generated models gives the same per-model staleness as one with 4 (a
 changed seed, a features param, an edit to the features code); ``encmap repro`` records what
 ``dvc repro`` would, byte for byte; a failing model leaves the others recorded.
 """
@@ -15,23 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from support.project import REPO, make_project, run, tiny_params, tree_hashes, with_param
-
-META = {"family": "control", "architecture": "gaussian", "parameters": 0, "languages": [], "objective": "none",
-        "kind": "control"}
-
-
-def control_params(m: int, n: int = 80) -> dict:
-    """The default params with m seeded Gaussian control models (widths 16-48) over n sentences."""
-    params = yaml.safe_load((REPO / "params.yaml").read_text())
-    params["sentences"] |= {"set": f"ctl-n{n}", "n": n}
-    params["models"] = {f"ctl-{i:04d}": {"backend": "control", "method": "gaussian", "dim": 16 + 16 * (i % 3),
-                                         "rank": None, "seed": i, "dims": [], "renormalize_truncated": True,
-                                         "meta": META} for i in range(m)}
-    params["map"] |= {"perplexity": 3, "neighbours": 5, "trustworthiness_k": 2}
-    params["similarity"]["subset"]["encoders"] = []
-    return params
-
+from support.project import REPO, control_params, make_project, run, tiny_params, tree_hashes, with_param
 
 def per_model(stages) -> dict[str, list[str]]:
     """Stage kinds by model id (``embed@ctl-0003`` -> ``ctl-0003: [embed]``); model-less stages under ``-``."""
@@ -68,10 +52,11 @@ def without_timings(root: Path) -> tuple[dict, dict]:
 
 
 @pytest.mark.slow(minutes=6)
-def test_per_model_staleness_with_200_models_is_the_same_as_with_10(tmp_path):
-    projects = {m: make_project(tmp_path / f"m{m}", control_params(m), git=True) for m in (10, 200)}
-    # The reference: dvc repro, one Snakemake process per stage, on a copy of the 10-model project.
-    reference = make_project(tmp_path / "dvc", control_params(10), git=True)
+def test_per_model_staleness_with_200_models_is_the_same_as_with_4(tmp_path):
+    projects = {m: make_project(tmp_path / f"m{m}", control_params(m), git=True) for m in (4, 200)}
+    # The reference: dvc repro, one Snakemake process per stage (2-3 s each: 4 models, not 10), on a
+    # copy of the 4-model project.
+    reference = make_project(tmp_path / "dvc", control_params(4), git=True)
     run("dvc repro gather", reference)
     for m, proj in projects.items():
         out = run("encmap repro gather", proj).stdout
@@ -81,7 +66,7 @@ def test_per_model_staleness_with_200_models_is_the_same_as_with_10(tmp_path):
         assert "Nothing to be done" in dry.stdout + dry.stderr, dry.stdout[-2000:]
         run("git add -A && git commit -qm results", proj)
     # Same bytes and the same dvc.lock as dvc repro wrote.
-    assert without_timings(projects[10]) == without_timings(reference)
+    assert without_timings(projects[4]) == without_timings(reference)
 
     changed = "ctl-0003"
 
@@ -105,9 +90,9 @@ def test_per_model_staleness_with_200_models_is_the_same_as_with_10(tmp_path):
             first, then = dry_run(proj)
             run("dvc repro params", proj)
             seen[m] = (normalized(status(proj), m), normalized(first, m), normalized(then, m))
-        assert seen[10] == seen[200], (what, seen)
-        assert seen[10][0] == seen[10][1] == expect, (what, seen[10])
-        assert seen[10][2]["gathering"] == ["gather"], (what, seen[10])
+        assert seen[4] == seen[200], (what, seen)
+        assert seen[4][0] == seen[4][1] == expect, (what, seen[4])
+        assert seen[4][2]["gathering"] == ["gather"], (what, seen[4])
         if what == "a model's seed":  # run it: only that model's artifacts and the matrix change
             for m, proj in projects.items():
                 before = tree_hashes(proj, "data", "results")

@@ -168,3 +168,52 @@ def with_param(params: dict, path: str, value) -> dict:
 def ran(out: str) -> set[str]:
     """Stages that `dvc repro` / `dvc exp run` actually ran (less DVC's bookkeeping: code digests, params slices)."""
     return set(re.findall(r"Running stage '([^']+)'", out)) - {"code", "params"}
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """A finished project that several test modules read, built once per test session: across
+    xdist workers too (the first to ask builds it under a file lock, the others wait for it).
+    ``build(root)`` makes it at ``root``; tests copy it before they change anything."""
+    from filelock import FileLock
+
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):  # each worker has its own basetemp under a shared one
+        base = base.parent
+    home = base / "built-once" / name
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(home) + ".lock"):
+        if not (home / "done").exists():  # a build that failed left no marker: built again
+            shutil.rmtree(home, ignore_errors=True)
+            build(home / "p")
+            (home / "done").touch()
+    return home / "p"
+
+
+META = {"family": "control", "architecture": "gaussian", "parameters": 0, "languages": [], "objective": "none",
+        "kind": "control"}
+
+
+def control_params(m: int, n: int = 80) -> dict:
+    """The default params with m seeded Gaussian control models (widths 16-48) over n sentences."""
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    params["sentences"] |= {"set": f"ctl-n{n}", "n": n}
+    params["models"] = {f"ctl-{i:04d}": {"backend": "control", "method": "gaussian", "dim": 16 + 16 * (i % 3),
+                                         "rank": None, "seed": i, "dims": [], "renormalize_truncated": True,
+                                         "meta": META} for i in range(m)}
+    # What a map of m encoders allows (params validation): perplexity <= (m - 1)/3, k < m/2.
+    params["map"] |= {"perplexity": min(3, (m - 1) / 3), "neighbours": min(5, m - 1),
+                      "trustworthiness_k": min(2, (m - 1) // 2)}
+    params["similarity"]["subset"]["encoders"] = []
+    return params
+
+
+def light_params() -> dict:
+    """Ten control models, the costly settings cut down (no MLP stitches, small grids and tasks)."""
+    params = control_params(10)
+    params["similarity"]["stitch"] |= {"mlp_depths": [], "ridge_alphas": [0.1, 10.0]}
+    params["regress"] |= {"pca_dims": [2, 4], "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5],
+                          "ridge_alphas": [0.1, 10.0], "folds": 3, "inner_folds": 2}
+    params["evaluate"] |= {"gloss": {"max_queries": 30, "distractors": 30},
+                           "brown": params["evaluate"]["brown"] | {"max_items": 120},
+                           "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100}}
+    return params
