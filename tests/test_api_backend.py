@@ -222,7 +222,8 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     assert (rows["minilm-api__out"]["x"], rows["minilm-api__out"]["y"]) == (rows["minilm-l6__out"]["x"],
                                                                         rows["minilm-l6__out"]["y"])
     assert "tokens used: " in (proj / "logs/embed/minilm-api.log").read_text()  # the run's log says what it cost
-    run("encmap repro", proj)  # DVC records what Snakemake made
+    out = run("encmap record", proj).stdout  # DVC records what Snakemake made (issue 50), running no job
+    assert "encmap record: " in out and "still stale" not in out, out
     leaked = [str(f) for f in proj.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
     assert not leaked, leaked
     p2 = yaml.safe_load((proj / "params.yaml").read_text())
