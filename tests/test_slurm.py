@@ -104,6 +104,8 @@ def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Pat
     prof["set-resources"]["evaluate"].update(mem_mb=2000, cpus_per_gpu=1)
     prof["set-resources"]["regress"].update(mem_mb=1000, cpus_per_task=1)
     prof["slurm-init-seconds-before-status-checks"] = 1  # then every 11, 21, ... s until one ends
+    # The failures below are what is tested, not the profile's retry of them (which doubles each wait).
+    prof["retries"] = 0
     (proj / "profiles/slurm-test").mkdir()
     (proj / "profiles/slurm-test/config.yaml").write_text(yaml.safe_dump(prof))
     monkeypatch.setenv("SLURM_CONF", cluster.env["SLURM_CONF"])
@@ -163,8 +165,9 @@ def test_encmap_repro_through_slurm_matches_dvc_repro_locally(tmp_path, tiny_ber
     # the job runs locally).
     kept = tree_hashes(proj, "results/map")
     assert "results/map/metrics.json" in kept
-    dead = tmp_path / "dead.conf"  # the same cluster, its controller's port closed
-    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", Path(cluster.conf).read_text()))
+    dead = tmp_path / "dead.conf"  # the same cluster, its controller's port closed (sbatch gives up after 2 s, not 10)
+    dead.write_text(re.sub(r"SlurmctldPort=\d+", f"SlurmctldPort={free_port()}", Path(cluster.conf).read_text())
+                    + "MessageTimeout=2\n")
     (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.1}},
                                                      sort_keys=False))
     for cmd in ("SNAKEMAKE_PROFILE=profiles/slurm-test dvc repro", "encmap repro -- --profile profiles/slurm-test"):
