@@ -13,9 +13,13 @@ the workflow taken from ``--workflow`` (default: this checkout; give an older ch
   changed, and how many stages that recorded (``--target gather``: only up to the feature matrix);
 - with ``--dvc-repro``: the same runs through ``dvc repro`` on a third copy (one Snakemake
   process per stage), and ``dvc exp run -S models.<id>.seed=...``. A workflow from before
-  ``encmap repro`` existed has only this route.
+  ``encmap repro`` existed has only this route;
+- with ``--record``: after the plain ``snakemake --cores all``, ``encmap record`` on that copy
+  (what it made, recorded in ``dvc.lock`` with no job run), how many stages it recorded, and
+  ``dvc status`` afterwards (with ``--target gather`` the stages past the matrix stay stale).
 
     python benchmarks/bench_dvc_scale.py --m 1101                     # the bookkeeping without compute
+    python benchmarks/bench_dvc_scale.py --m 1101 --record --target gather  # a plain run, then encmap record
     python benchmarks/bench_dvc_scale.py --m 300 --repro               # and the runs
     python benchmarks/bench_dvc_scale.py --m 30 --repro --dvc-repro    # both routes side by side
     python benchmarks/bench_dvc_scale.py --m 30 --dvc-repro --workflow /tmp/before --json before.json
@@ -89,6 +93,7 @@ def main() -> None:
     ap.add_argument("--root", default="/tmp/bench-dvc-scale")
     ap.add_argument("--repro", action="store_true", help="also run encmap repro against snakemake (seconds per model)")
     ap.add_argument("--dvc-repro", action="store_true", help="also run dvc repro (one Snakemake process per stage)")
+    ap.add_argument("--record", action="store_true", help="a plain snakemake run, then encmap record on it")
     ap.add_argument("--target", choices=["all", "gather"], default="all",
                     help="the whole pipeline (default) or up to the feature matrix (no pair stages, map, regression)")
     ap.add_argument("--repro-first", action="store_true",
@@ -115,8 +120,15 @@ def main() -> None:
         plain = Path(args.root) / "snakemake"
         project(plain, workflow, args.m, args.n)
         out["snakemake_all_s"], _ = timed([sm, "--cores", "all", *smk_target], plain)
+        if args.record:
+            out["record_s"], log = timed([str(BIN / "encmap"), "record"], plain)
+            done = next(x for x in log.splitlines() if x.startswith("encmap record:") and " recorded " in x)
+            out["record_stages"], out["record_stale_before"] = (int(w) for w in done.split()[2:5:2])
+            out["record_still_stale"] = sum(1 for x in log.splitlines() if x.strip().startswith("still stale: "))
+            out["dvc_status_after_record_s"], log = timed([dvc, "status", "--json"], plain)
+            out["dvc_status_after_record_stale"] = len(json.loads(next(x for x in log.splitlines() if x.startswith("{"))))
 
-    if (args.repro or args.dvc_repro) and not args.repro_first:
+    if (args.repro or args.dvc_repro or args.record) and not args.repro_first:
         plain_run()
     if args.repro:
         routes = [("encmap_repro", root, [str(BIN / "encmap"), "repro", *dvc_target])]
