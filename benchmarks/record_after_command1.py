@@ -2,7 +2,7 @@
 
 In a clone where ``snakemake --cores all`` has run (any params): ``encmap record`` (what it
 recorded, its time and peak memory), ``dvc status``, that no artifact changed, ``encmap repro``
-(runs nothing), ``dvc exp run -S map.perplexity=5`` (the map alone), the way back, ``dvc push`` to
+(runs nothing), ``dvc exp run -S map.perplexity=5`` (the map alone; ``--perplexity`` for a small map), the way back, ``dvc push`` to
 an SSH remote on loopback (the tests' SFTP server) and ``git clone`` + ``dvc pull`` (the same
 bytes, nothing stale). Commits in the clone (the recorded dvc.lock, the remote).
 
@@ -47,7 +47,9 @@ def sh(cmd: str, cwd: Path) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("project", help="a clone in which snakemake --cores all has run")
-    proj = Path(ap.parse_args().project).resolve()
+    ap.add_argument("--perplexity", type=float, default=5, help="the experiment's map.perplexity (the README's 5)")
+    args = ap.parse_args()
+    proj = Path(args.project).resolve()
     book = ("results/code/", "results/params/")  # what record writes as DVC's bookkeeping stages do
     before = {k: v for k, v in tree_hashes(proj, "data", "results").items() if not k.startswith(book)}
     print("stale before:", len(json.loads(sh("dvc status --json", proj))))
@@ -59,7 +61,7 @@ def main() -> None:
     print(f"artifacts unchanged: {after == before} ({len(after)} files)")
     sh("git add -A && git commit -qm 'command 1, recorded'", proj)
     print([x for x in sh("encmap repro", proj).splitlines() if x.startswith("encmap repro")])
-    print("exp run ran:", ran(sh("dvc exp run -S map.perplexity=5", proj)))
+    print("exp run ran:", ran(sh(f"dvc exp run -S map.perplexity={args.perplexity:g}", proj)))
     sh("git reset -q --hard && dvc checkout -q", proj)
     print("after the way back:", json.loads(sh("dvc status --json", proj)))
     work = Path(tempfile.mkdtemp(prefix="encmap-share-"))
