@@ -7,6 +7,7 @@ ENCMAP_REQUIRE_SLURM=1, so there a missing cluster fails instead of skipping).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -184,3 +185,19 @@ def test_encmap_repro_through_slurm_matches_dvc_repro_locally(tmp_path, tiny_ber
     assert r.returncode != 0, (r.stdout + r.stderr)[-3000:]
     assert tree_hashes(proj, "results/map") == kept
     qre.write_bytes(good)
+
+    # What a plain run through SLURM made, DVC records (issue 50): after a map param changed, plain
+    # `snakemake --profile` remakes the map on a node (and the matrix the failed job refused, with what
+    # reads it), and `encmap record` records what it made, running no job.
+    (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.3}},
+                                                     sort_keys=False))
+    before = {j["JobId"] for j in cluster.jobs()}
+    run("snakemake --profile profiles/slurm-test results/map/map.html", proj)
+    jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
+    assert "rule_map" in [j["Comment"] for j in jobs] and {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
+    made = tree_hashes(proj, "data", "results")
+    out = run("encmap record", proj).stdout
+    assert re.search(r"encmap record: (\d+) of \1 stale stages recorded", out) and "still stale" not in out, out
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
+    assert {k: v for k, v in tree_hashes(proj, "data", "results").items() if not k.startswith("results/params/")} == \
+        {k: v for k, v in made.items() if not k.startswith("results/params/")}
