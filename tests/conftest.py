@@ -127,4 +127,3 @@ def snakemade(tmp_path_factory) -> Path:
         run("git add -A && git commit -qm 'snakemake run'", root)
 
     return built_once(tmp_path_factory, "snakemade", build)
-
