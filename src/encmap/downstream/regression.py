@@ -173,8 +173,8 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     Unsupervised steps (impute missing values with an indicator column, standardise, and for
     ``elasticnet`` PCA to the largest size tried) are fitted once on the training rows; the
     supervised choices (α, l1_ratio, how many components) are made by the inner CV (the
-    ``search`` step, a :class:`encmap.downstream.search.InnerSearch`). The PCA sizes tried are ``params['pca_dims']`` capped at
-    what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
+    ``search`` step, an :class:`encmap.downstream.search.InnerSearch`). The PCA sizes tried are
+    ``params['pca_dims']`` capped at what the smallest inner training fold can hold. ``cv``: the inner (train, test) index pairs.
     ``impute``: the feature matrix has missing values somewhere (decided on all rows, not these:
     a held-out model may be the only one with a missing value). ``weights``: column weights of
     blocks joined side by side (:func:`join_blocks`), applied after standardising.
@@ -218,11 +218,9 @@ def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, p
                   params: dict[str, Any], random_state: int, impute: bool = False,
                   weights: np.ndarray | None = None):
     """One regressor fitted on (X, y) with its hyper-parameters chosen by the inner CV."""
-    from .search import fit_quiet
-
     est = make_regressor(name, X, inner_cv(groups, protocol, params, random_state), params, random_state, impute,
                          weights)
-    return fit_quiet(est, X, y)
+    return est.fit(X, y)  # the search step silences its fits' ConvergenceWarning
 
 
 def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,

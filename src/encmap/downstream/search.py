@@ -8,16 +8,6 @@ import numpy as np
 from sklearn.base import BaseEstimator, RegressorMixin
 
 
-def fit_quiet(est, X: np.ndarray, y: np.ndarray):
-    """``est.fit(X, y)``, scikit-learn's ConvergenceWarning silenced (a tiny inner fold rarely converges
-    to ``tol``; the inner CV judges the fit by its score)."""
-    from sklearn.exceptions import ConvergenceWarning
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ConvergenceWarning)
-        return est.fit(X, y)
-
-
 class InnerSearch(RegressorMixin, BaseEstimator):
     """The inner CV's choice, as ``GridSearchCV(estimator, grid, cv=cv, scoring="neg_mean_squared_error",
     error_score="raise")`` makes it, without its per-fit machinery.
@@ -48,22 +38,26 @@ class InnerSearch(RegressorMixin, BaseEstimator):
 
     def fit(self, X: np.ndarray, y: np.ndarray) -> InnerSearch:
         from sklearn.base import clone
+        from sklearn.exceptions import ConvergenceWarning
         from sklearn.metrics import mean_squared_error
         from sklearn.model_selection import ParameterGrid
 
         candidates = list(ParameterGrid(self.grid))
         best = 0
-        if len(candidates) > 1:
-            scores = np.empty((len(candidates), len(self.cv)))
-            for i, cand in enumerate(candidates):
-                for j, (train, test) in enumerate(self.cv):
-                    est = fit_quiet(clone(self.estimator).set_params(**cand), X[train], y[train])
-                    scores[i, j] = -mean_squared_error(y[test], est.predict(X[test]))
-            means = np.average(scores, axis=1)
-            if not np.isnan(means).all():
-                best = int(np.argmax(np.where(np.isnan(means), np.nanmin(means) - 1, means)))
-        self.best_params_ = candidates[best]
-        self.best_estimator_ = fit_quiet(clone(self.estimator).set_params(**self.best_params_), X, y)
+        # A tiny inner fold rarely converges to ``tol``: the search judges each fit by its score.
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            if len(candidates) > 1:
+                scores = np.empty((len(candidates), len(self.cv)))
+                for i, cand in enumerate(candidates):
+                    for j, (train, test) in enumerate(self.cv):
+                        est = clone(self.estimator).set_params(**cand).fit(X[train], y[train])
+                        scores[i, j] = -mean_squared_error(y[test], est.predict(X[test]))
+                means = np.average(scores, axis=1)
+                if not np.isnan(means).all():
+                    best = int(np.argmax(np.where(np.isnan(means), np.nanmin(means) - 1, means)))
+            self.best_params_ = candidates[best]
+            self.best_estimator_ = clone(self.estimator).set_params(**self.best_params_).fit(X, y)
         return self
 
     def predict(self, X: np.ndarray) -> np.ndarray:
