@@ -25,8 +25,7 @@ def computed(snakemade, tmp_path_factory) -> Path:
     damage files behind a DVC-made project."""
     from encmap.workflow.integrity import LEDGER
 
-    proj = tmp_path_factory.mktemp("computed") / "p"
-    shutil.copytree(snakemade, proj, symlinks=True)
+    proj = copy(snakemade, tmp_path_factory.mktemp("computed"))
     out = run("encmap record", proj).stdout
     assert "still stale" not in out and json.loads(run("dvc status --json", proj).stdout) == {}, out
     (proj / LEDGER).unlink()
