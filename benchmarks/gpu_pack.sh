@@ -23,7 +23,7 @@ fi
 tmp=$DEST.tmp
 rm -rf "$tmp" && mkdir -p "$tmp/benchmarks" "$tmp/data" "$tmp/models" "$tmp/tests"
 cp -r src params.yaml pyproject.toml "$tmp/"
-cp benchmarks/bench_gpu.py "$tmp/benchmarks/"
+cp benchmarks/bench_gpu.py benchmarks/gpu_probe.py "$tmp/benchmarks/"
 cp benchmarks/gpu_run.sh "$tmp/run.sh"
 cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py "$tmp/tests/"
 cp "$SENTENCES" "$tmp/data/sentences.txt"

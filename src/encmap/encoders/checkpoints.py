@@ -281,8 +281,12 @@ def model_id(source: str) -> str:
     return source.partition(":")[2]
 
 
-def resolve_source(source: str, model: str) -> tuple[str, dict[str, Any]]:
+def resolve_source(source: str, model: str, *, hash_weights: bool = True) -> tuple[str, dict[str, Any]]:
     """Turn ``hub:ID``, ``path:DIR`` or ``package:NAME`` into something loadable.
+
+    ``hash_weights=False``: leave a local model's ``weights_sha256`` out (where it is not known
+    already), for a caller that only reads the configuration, or that hashes the files itself
+    while the model loads (:func:`weights_sha256`; seconds for a multi-GB model).
 
     Returns
     -------
@@ -297,14 +301,14 @@ def resolve_source(source: str, model: str) -> tuple[str, dict[str, Any]]:
         p = Path(ref)
         if not p.exists():
             raise EncmapError(f"model {model!r}: path {p} does not exist")
-        return str(p), {"source": source, "weights_sha256": weights_sha256(p)}
+        return str(p), {"source": source} | ({"weights_sha256": weights_sha256(p)} if hash_weights else {})
     if kind == "package":
         if ref == "all-mpnet-base-v2":
             p, digest = _mpnet_dir()
         else:
             p = _package_path(ref, model)
-            digest = weights_sha256(p)
-        return str(p), {"source": source, "weights_sha256": digest}
+            digest = weights_sha256(p) if hash_weights else None
+        return str(p), {"source": source} | ({"weights_sha256": digest} if digest else {})
     raise EncmapError(f"model {model!r}: source {source!r} must start with hub:, path: or package:")
 
 

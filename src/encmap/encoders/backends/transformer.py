@@ -16,11 +16,13 @@ from __future__ import annotations
 import logging
 import sys
 import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 
 from ...validation import EncmapError
-from ..checkpoints import hub_provenance, model_id, resolve_source
+from ..checkpoints import hub_provenance, model_id, resolve_source, weights_sha256
 from ..result import EmbeddingResult, length_order, output_arrays, token_batches
 from ..variants import model_variants
 
@@ -93,7 +95,7 @@ def weight_bytes(model: str, spec: dict) -> int | None:
     from transformers import AutoConfig
 
     try:
-        ref, _ = resolve_source(spec["source"], model)
+        ref, _ = resolve_source(spec["source"], model, hash_weights=False)
         config = AutoConfig.from_pretrained(ref, revision=spec["revision"],
                                             trust_remote_code=spec.get("trust_remote_code", False))
         cls = model_class(config, spec.get("trust_remote_code", False))
@@ -208,22 +210,37 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     tokens first) as fit that many padded tokens. Out of device memory, the batch (or the token
     budget) is halved and the batch retried."""
     import torch
-    from tqdm import tqdm
-
-    from ..pooling import pool
 
     _import_libraries()
     if threads:
         torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
-    ref, prov = resolve_source(spec["source"], model)
+    ref, prov = resolve_source(spec["source"], model, hash_weights=False)
+    # The model files' hash (provenance) is read in a thread of its own while the model loads
+    # and runs, not before: seconds for a large model, a job's whole overhead for a small one.
+    hashing = ThreadPoolExecutor(max_workers=1)
+    try:
+        return _embed(model, spec, texts, device, batch_tokens, ref, prov, hashing)
+    finally:
+        hashing.shutdown(wait=False, cancel_futures=True)
+
+
+def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: int | None, ref: str, prov: dict,
+           hashing: ThreadPoolExecutor) -> EmbeddingResult:
+    import torch
+    from tqdm import tqdm
+
+    from ..pooling import pool
+
     rev = spec["revision"]
+    local = None if "weights_sha256" in prov or spec["source"].startswith("hub:") else \
+        hashing.submit(weights_sha256, Path(ref))
     tok = st = None
     if spec["backend"] == "sentence-transformers":
         st, net = _load_sentence_transformer(spec, ref, device)
         tok = st.tokenizer
     else:
         tok, net = _load_transformer(spec, ref, device)
-    prov |= hub_provenance(spec["source"], rev, model)
+    hub = hashing.submit(hub_provenance, spec["source"], rev, model)
     n_layers = int(net.config.num_hidden_layers)
     if spec["layers"] == "all" and spec["num_layers"] != n_layers:
         raise EncmapError(f"model {model!r}: params say num_layers: {spec['num_layers']} but the checkpoint "
@@ -308,6 +325,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
                     f"batch size {bs} (params: {spec['batch_size']})")
     if want_output:
         arrays |= output_arrays(model, spec, arrays.pop("output"), variants)
+    prov |= ({"weights_sha256": local.result()} if local is not None else {}) | hub.result()
     prov.update({"model_id": model_id(spec["source"]), "revision": rev, "num_hidden_layers": n_layers,
                  "max_seq_length": spec["max_seq_length"], "dtype": spec["dtype"], "batch_size_used": bs,
                  "batch_tokens_used": budget if batch_tokens else None, "batches": len(queue),
