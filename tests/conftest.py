@@ -9,13 +9,26 @@ fixtures live in ``tests/support/``.
 
 from __future__ import annotations
 
+import os
 import socket
 from functools import lru_cache
 from pathlib import Path
 
-import pytest
-from support.models import build_tiny_bert, build_tiny_st
-from support.project import write_user_file
+# Under xdist every worker's BLAS, OpenMP and torch pools would start one thread per core, so
+# with a worker per core each pool is oversubscribed and its spinning threads burn the other
+# worker's CPU (the distillation test beside one busy core: 248 s of CPU and 207 s wall by
+# default, 118 s and 123 s with one thread). Each worker's share of the cores is the default
+# here, before NumPy or torch is imported; subprocesses (Snakemake, DVC, the jobs) inherit it.
+# A job's own ``threads`` still sets its pools explicitly, and the tests of those limits raise
+# the default first (``many_threads``), so they can still fail.
+_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+if _WORKERS > 1:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+
+import pytest  # noqa: E402
+from support.models import build_tiny_bert, build_tiny_st  # noqa: E402
+from support.project import write_user_file  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
@@ -127,3 +140,15 @@ def snakemade(tmp_path_factory) -> Path:
         run("git add -A && git commit -qm 'snakemake run'", root)
 
     return built_once(tmp_path_factory, "snakemade", build)
+
+
+@pytest.fixture
+def many_threads(monkeypatch):
+    """Two threads per pool by default, here and in subprocesses: what a job's ``threads`` must
+    bring down to its share (the suite's own default may already be one, see above)."""
+    from threadpoolctl import threadpool_limits
+
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        monkeypatch.setenv(var, "2")
+    with threadpool_limits(limits=2):
+        yield 2

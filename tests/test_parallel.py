@@ -16,7 +16,7 @@ def blas_threads_and_sum(x: np.ndarray, scale: float) -> tuple[int, float]:
     return max(threads), float(scale * (x @ x.T).sum())
 
 
-def test_workers_keep_order_and_run_blas_on_one_thread():
+def test_workers_keep_order_and_run_blas_on_one_thread(many_threads):
     xs = [np.full((40, 40), float(i)) for i in range(5)]  # 12.8 kB each
     fn = partial(blas_threads_and_sum, scale=0.5)
     serial = map_single_threaded(fn, xs, None)

@@ -51,7 +51,7 @@ def without_timings(root: Path) -> tuple[dict, dict]:
     return hashes, lock
 
 
-@pytest.mark.slow(minutes=6)
+@pytest.mark.slow(minutes=5)
 def test_per_model_staleness_with_200_models_is_the_same_as_with_4(tmp_path):
     projects = {m: make_project(tmp_path / f"m{m}", control_params(m), git=True) for m in (4, 200)}
     # The reference: dvc repro, one Snakemake process per stage (2-3 s each: 4 models, not 10), on a

@@ -114,7 +114,7 @@ def run_through_slurm(tmp_path: Path, params: dict, cluster, monkeypatch) -> Pat
     return proj
 
 
-@pytest.mark.slow(minutes=6)
+@pytest.mark.slow(minutes=5)
 def test_encmap_repro_through_slurm_matches_dvc_repro_locally(tmp_path, tiny_bert, cluster, monkeypatch):
     params = small_params(tmp_path, tiny_bert)
     local = make_project(tmp_path / "local", params, git=True)
