@@ -51,7 +51,10 @@ def profiled(fn, top: int = 14) -> tuple[float, list[str]]:
     return s, lines
 
 
-def embed_probe(texts: list[str], dev: str, work: Path, small: bool, minilm: Path, out: dict) -> None:
+def embed_probe(texts: list[str], dev: str, work: Path, small: bool, minilm: Path, out: dict, *,
+                models_wanted: tuple[str, ...] = ("minilm-l6", "bert-base-random"),
+                keys: tuple[str, ...] = ("all_variants", "output_only"), determinism: bool = True,
+                top: int = 14) -> None:
     import torch
     import yaml
 
@@ -63,16 +66,20 @@ def embed_probe(texts: list[str], dev: str, work: Path, small: bool, minilm: Pat
     models = {"minilm-l6": base | {"source": f"path:{minilm}"},
               "bert-base-random": base | {"source": f"path:{bb}", "num_layers": 2 if small else 12, "dims": []}}
     for name, spec in models.items():
+        if name not in models_wanted:
+            continue
         spec = spec | {"batch_size": 64, "dtype": "float32"}
         only = spec | {"layers": [], "pooling": [], "dims": []}
         embed_model(name, only, texts[:64], dev, forward=FORWARD_DEFAULTS)  # warm-up
         r = out[name] = {}
         for key, s in (("all_variants", spec), ("output_only", only)):
+            if key not in keys:
+                continue
             fresh(dev)
-            sec, lines = profiled(lambda: embed_model(name, s, texts, dev, forward=FORWARD_DEFAULTS))
+            sec, lines = profiled(lambda: embed_model(name, s, texts, dev, forward=FORWARD_DEFAULTS), top)
             r[f"profile_{key}"] = {"seconds": sec, "top": lines}
             print(name, key, f"{sec:.2f} s", *lines, sep="\n", flush=True)
-        for det, fill in ((True, True), (True, False), (False, True)):
+        for det, fill in ((True, True), (True, False), (False, True)) if determinism else ():
             torch.utils.deterministic.fill_uninitialized_memory = fill
             fresh(dev)
             _, sec = timed(dev, lambda: embed_model(name, only, texts, dev,
@@ -122,6 +129,10 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--parts", default="embed,derive")
     ap.add_argument("--device", default=None)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--models", default="minilm-l6,bert-base-random")
+    ap.add_argument("--keys", default="all_variants,output_only", help="which passes to profile")
+    ap.add_argument("--no-determinism", action="store_true", help="skip the determinism settings' timings")
+    ap.add_argument("--top", type=int, default=14, help="functions listed per profile and order")
     a = ap.parse_args(argv)
     import torch
 
@@ -138,7 +149,8 @@ def main(argv: list[str] | None = None) -> dict:
                          block=256 if a.small else 4096)
         if "embed" in a.parts:
             embed_probe(read_sentences(Path(a.sentences))[:n], dev, Path(tmp), a.small, minilm,
-                        res.setdefault("embed", {}))
+                        res.setdefault("embed", {}), models_wanted=tuple(a.models.split(",")),
+                        keys=tuple(a.keys.split(",")), determinism=not a.no_determinism, top=a.top)
     if a.out:
         Path(a.out).write_text(json.dumps(res, indent=1))
     return res
