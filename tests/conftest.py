@@ -14,17 +14,14 @@ import socket
 from functools import lru_cache
 from pathlib import Path
 
-# Under xdist every worker's BLAS, OpenMP and torch pools would start one thread per core, so
-# with a worker per core each pool is oversubscribed and its spinning threads burn the other
-# worker's CPU (the distillation test beside one busy core: 248 s of CPU and 207 s wall by
-# default, 118 s and 123 s with one thread). Each worker's share of the cores is the default
-# here, before NumPy or torch is imported; subprocesses (Snakemake, DVC, the jobs) inherit it.
-# A job's own ``threads`` still sets its pools explicitly, and the tests of those limits raise
-# the default first (``many_threads``), so they can still fail.
-_WORKERS = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
-if _WORKERS > 1:
-    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        os.environ.setdefault(_var, str(max(1, (os.cpu_count() or 1) // _WORKERS)))
+# Under xdist the workers share the cores, and a waiting OpenMP thread (torch's pool) spins by
+# default, burning the CPU the other worker needs: the distillation test beside one busy core took
+# 207 s wall and 248 s of CPU by default, 125 s and 116 s with OMP_WAIT_POLICY=PASSIVE (waiting
+# threads sleep), and alone 90 s either way (so both cores still serve one worker when the other
+# idles, which one thread per worker, 133 s alone, did not). Set before torch is imported;
+# subprocesses (Snakemake, DVC, the jobs) inherit it. Thread counts are left as they are.
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import pytest  # noqa: E402
 from support.models import build_tiny_bert, build_tiny_st  # noqa: E402
@@ -145,7 +142,7 @@ def snakemade(tmp_path_factory) -> Path:
 @pytest.fixture
 def many_threads(monkeypatch):
     """Two threads per pool by default, here and in subprocesses: what a job's ``threads`` must
-    bring down to its share (the suite's own default may already be one, see above)."""
+    bring down to its share, on any machine (a one-core machine's default is already one)."""
     from threadpoolctl import threadpool_limits
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):

@@ -174,12 +174,11 @@ def is_causal(net, ids, device: str) -> bool:
     """
     import torch
 
-    a = torch.as_tensor([ids], device=device)
-    b, c = a.clone(), a.clone()
-    b[0, -1] = ids[0] if ids[-1] != ids[0] else ids[1]
-    c[0, 0] = ids[-1] if ids[-1] != ids[0] else ids[1]
+    x = torch.as_tensor([ids, ids, ids], device=device)  # the three inputs in one batch: one pass, not three
+    x[1, -1] = ids[0] if ids[-1] != ids[0] else ids[1]
+    x[2, 0] = ids[-1] if ids[-1] != ids[0] else ids[1]
     with torch.inference_mode():
-        ha, hb, hc = (net(input_ids=x, output_hidden_states=True).hidden_states[-1][0].float() for x in (a, b, c))
+        ha, hb, hc = net(input_ids=x, output_hidden_states=True).hidden_states[-1].float().unbind(0)
     if not all(torch.isfinite(h).all() for h in (ha, hb, hc)):
         return False  # broken weights: the embeddings' own check names the encoder and the NaN
 
