@@ -9,23 +9,13 @@ fixtures live in ``tests/support/``.
 
 from __future__ import annotations
 
-import os
 import socket
 from functools import lru_cache
 from pathlib import Path
 
-# Under xdist the workers share the cores, and a waiting OpenMP thread (torch's pool) spins by
-# default, burning the CPU the other worker needs: the distillation test beside one busy core took
-# 207 s wall and 248 s of CPU by default, 125 s and 116 s with OMP_WAIT_POLICY=PASSIVE (waiting
-# threads sleep), and alone 90 s either way (so both cores still serve one worker when the other
-# idles, which one thread per worker, 133 s alone, did not). Set before torch is imported;
-# subprocesses (Snakemake, DVC, the jobs) inherit it. Thread counts are left as they are.
-if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-
-import pytest  # noqa: E402
-from support.models import build_tiny_bert, build_tiny_st  # noqa: E402
-from support.project import write_user_file  # noqa: E402
+import pytest
+from support.models import build_tiny_bert, build_tiny_st
+from support.project import write_user_file
 
 
 def pytest_collection_modifyitems(config, items):
@@ -142,7 +132,8 @@ def snakemade(tmp_path_factory) -> Path:
 @pytest.fixture
 def many_threads(monkeypatch):
     """Two threads per pool by default, here and in subprocesses: what a job's ``threads`` must
-    bring down to its share, on any machine (a one-core machine's default is already one)."""
+    bring down to its share, on any machine (a one-core machine's default is already one, and
+    ``OMP_NUM_THREADS=1`` in the environment would make the limit tests pass whatever the code)."""
     from threadpoolctl import threadpool_limits
 
     for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
