@@ -225,6 +225,8 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
 
 def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: int | None, ref: str, prov: dict,
            hashing: ThreadPoolExecutor) -> EmbeddingResult:
+    """:func:`embed` once its source is resolved (``ref``, ``prov`` without the files' hash);
+    the hashes are computed in ``hashing`` and joined into the provenance at the end."""
     import torch
     from tqdm import tqdm
 
