@@ -1,10 +1,10 @@
 """The regression's CPU time on the tiny test project's shape, before vs after, side by side.
 
 ``regression_table`` + ``fit_final`` on seeded data of the tiny pipeline's shape (11 encoders of 4
-models, n = 200 features, 7 tasks; the tiny config's grids), one worker, each run in a fresh
-process: this checkout's ``src`` against ``--before`` (another checkout, its ``src`` first on
+models, n = 200 features, 7 tasks; the tiny config's grids), one worker, then its two figures
+(PNG and SVG each), each run in a fresh process: this checkout's ``src`` against ``--before`` (another checkout, its ``src`` first on
 ``PYTHONPATH``), alternating, ``--repeats`` times each. Prints CPU and wall seconds and checks that
-both give the same table (the same bytes of its rows).
+both give the same table (the same bytes of its rows) and the same figure bytes.
 
     git worktree add /tmp/before <commit>
     python benchmarks/bench_regress.py --before /tmp/before
@@ -41,7 +41,19 @@ rows, preds = regression_table(F, Y, tasks, groups, records, params, 0, 1, None,
 final = fit_final(F, Y, tasks, groups, params, 0, 1)
 cpu, wall = time.process_time() - c, time.perf_counter() - t
 digest = hashlib.sha256((repr(rows) + repr(preds) + repr(final["weights"].tolist())).encode()).hexdigest()
-print(json.dumps({"cpu_s": cpu, "wall_s": wall, "rows": len(rows), "digest": digest}))
+# The step's two figures (PNG and SVG each), as regress_step draws them.
+import tempfile
+from pathlib import Path
+from encmap.downstream.figures import draw_baselines, draw_predictions
+pred_rows = [p | {"model": groups[p["encoder"]]} for p in preds]
+with tempfile.TemporaryDirectory() as d:
+    c = time.process_time()
+    draw_predictions(pred_rows, tasks, f"{d}/p.png", f"{d}/p.svg")
+    draw_baselines(rows, tasks, f"{d}/b.png", f"{d}/b.svg")
+    fig_cpu = time.process_time() - c
+    figures = hashlib.sha256(b"".join(Path(d, f).read_bytes() for f in ("p.png", "p.svg", "b.png", "b.svg"))).hexdigest()
+print(json.dumps({"cpu_s": cpu, "wall_s": wall, "rows": len(rows), "digest": digest, "fig_cpu_s": fig_cpu,
+                  "figures": figures}))
 '''
 
 
@@ -61,10 +73,12 @@ def main() -> None:
         res["before"].append(run(Path(args.before).resolve() / "src"))
         res["after"].append(run(REPO / "src"))
     for k, runs in res.items():
-        print(f"{k:7s} cpu " + " / ".join(f"{r['cpu_s']:.1f}" for r in runs) + " s, wall "
-              + " / ".join(f"{r['wall_s']:.1f}" for r in runs) + f" s, {runs[0]['rows']} rows")
+        print(f"{k:7s} fits cpu " + " / ".join(f"{r['cpu_s']:.1f}" for r in runs) + " s, wall "
+              + " / ".join(f"{r['wall_s']:.1f}" for r in runs) + f" s, {runs[0]['rows']} rows; figures cpu "
+              + " / ".join(f"{r['fig_cpu_s']:.1f}" for r in runs) + " s")
     same = {r["digest"] for rs in res.values() for r in rs}
     print("the same table, predictions and fitted regressors:", len(same) == 1)
+    print("the same figure bytes:", len({r["figures"] for rs in res.values() for r in rs}) == 1)
 
 
 if __name__ == "__main__":

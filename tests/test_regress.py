@@ -595,12 +595,13 @@ def test_the_head_is_the_dense_density_matrix_top_eigenvalues_and_pads_narrow_en
         spectral_head(spec, eps=eps, points=0)
 
 
-@pytest.mark.parametrize("case", ["ridge", "elasticnet", "tie", "nan", "one-candidate"])
+@pytest.mark.parametrize("case", ["ridge", "elasticnet", "tie", "nan", "one-candidate", "warm-start"])
 def test_the_inner_search_makes_gridsearchcvs_choice_and_fit(case):
     """InnerSearch (the regression's fast inner CV) against scikit-learn's GridSearchCV itself:
-    the same best parameters and the same fitted coefficients, bit for bit, on grouped inner
-    folds; including a tie (two candidates that fit alike: the first wins) and a fold whose predictions are
-    NaN (that candidate counts as the worst)."""
+    the same score of every candidate on every fold, the same best parameters and the same fitted
+    coefficients, bit for bit, on grouped inner folds; including a tie (two candidates that fit
+    alike: the first wins), a fold whose predictions are NaN (that candidate counts as the worst)
+    and an estimator that warm-starts (InnerSearch refits one clone only where fit starts afresh)."""
     from sklearn import config_context
     from sklearn.base import BaseEstimator, RegressorMixin
     from sklearn.linear_model import ElasticNet, Ridge
@@ -633,6 +634,8 @@ def test_the_inner_search_makes_gridsearchcvs_choice_and_fit(case):
         "tie": (Ridge(), {"alpha": [100.0, 3.0], "solver": ["cholesky", "auto"]}),
         "nan": (NanAbove(), {"alpha": [10.0, 100.0, 0.1, 1.0]}),
         "one-candidate": (Ridge(), {"alpha": [7.0]}),
+        "warm-start": (Pipeline([("model", ElasticNet(warm_start=True, tol=1e-2, max_iter=3))]),
+                       {"model__alpha": [1e-3, 1e-2, 1e-1]}),
         "elasticnet": (Pipeline([("components", FunctionTransformer(leading_columns)),
                                  ("model", ElasticNet(max_iter=10000, random_state=0))]),
                        {"components__kw_args": [{"k": 2}, {"k": 6}], "model__alpha": [1e-3, 1e-1],
@@ -641,6 +644,9 @@ def test_the_inner_search_makes_gridsearchcvs_choice_and_fit(case):
     with config_context(assume_finite=True):  # as encmap.parallel runs every fit: a NaN score is scored
         ref = GridSearchCV(est, grid, cv=cv, scoring="neg_mean_squared_error", error_score="raise").fit(X, y)
         ours = InnerSearch(est, grid, cv).fit(X, y)
+    if case != "one-candidate":
+        split = np.column_stack([ref.cv_results_[f"split{j}_test_score"] for j in range(len(cv))])
+        np.testing.assert_array_equal(ours.scores_, split)
     assert ours.best_params_ == ref.best_params_
     if case == "tie":
         assert ours.best_params_ == {"alpha": 3.0, "solver": "cholesky"}
@@ -649,3 +655,18 @@ def test_the_inner_search_makes_gridsearchcvs_choice_and_fit(case):
     np.testing.assert_array_equal(ours.predict(X), ref.predict(X))
     X_new = rng.standard_normal((5, 10))
     np.testing.assert_array_equal(ours.predict(X_new), ref.predict(X_new))
+
+
+def test_the_inner_searchs_error_is_mean_squared_error_bit_for_bit():
+    """``squared_error`` against scikit-learn's ``mean_squared_error``: equal bits on fold sizes
+    below and above NumPy's pairwise-summation block, a NaN prediction, lists."""
+    from sklearn.metrics import mean_squared_error
+
+    from encmap.downstream.search import squared_error
+
+    rng = np.random.default_rng(5)
+    for n in (1, 3, 7, 8, 9, 127, 128, 129, 1000, 4099):
+        y, p = rng.standard_normal(n) * 10 ** rng.uniform(-3, 3), rng.standard_normal(n)
+        assert squared_error(y, p) == mean_squared_error(y, p), n
+    assert np.isnan(squared_error([1.0, 2.0], [np.nan, 2.0]))
+    assert squared_error([1, 2, 4], [1.0, 2.0, 2.0]) == mean_squared_error([1, 2, 4], [1.0, 2.0, 2.0]) == 4 / 3

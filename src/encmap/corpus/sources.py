@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..io import file_sha256
+from ..io import file_sha256, gensim_version
 from ..validation import EncmapError
 from .brown import read_brown
 from .candidates import BROWN_DIR, WORDNET_DIR, Candidate
@@ -41,10 +41,8 @@ def source_files(spec: dict[str, Any]) -> list[tuple[str, Path]]:
     if kind == "gensim-wiki":
         if spec["path"]:
             return [(spec["path"], Path(spec["path"]))]
-        import gensim
-
         p = gensim_wiki_path()
-        return [(f"gensim=={gensim.__version__}:{p.name}", p)]
+        return [(f"gensim=={gensim_version()}:{p.name}", p)]
     if kind in ("wordnet", "brown"):
         label = spec["path"] or (WORDNET_DIR if kind == "wordnet" else BROWN_DIR)
         root = Path(label)
