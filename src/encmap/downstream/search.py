@@ -18,14 +18,6 @@ def squared_error(y_true: np.ndarray, y_pred: np.ndarray) -> float:
     return float(np.average(np.average(d, axis=0)))
 
 
-def _warm_starts(est) -> bool:
-    """Whether ``est`` (or a step of a pipeline) continues from its last fit (``warm_start``)."""
-    steps = getattr(est, "steps", None)
-    if steps is not None:
-        return any(_warm_starts(s) for _, s in steps)
-    return bool(getattr(est, "warm_start", False))
-
-
 class InnerSearch(RegressorMixin, BaseEstimator):
     """The inner CV's choice, as ``GridSearchCV(estimator, grid, cv=cv, scoring="neg_mean_squared_error",
     error_score="raise")`` makes it, without its per-fit machinery.
@@ -68,12 +60,15 @@ class InnerSearch(RegressorMixin, BaseEstimator):
         # afresh unless the estimator warm-starts), and the error computed directly: a clone and
         # set_params per fit (get_params inspects signatures) and mean_squared_error's checks were
         # a third of the fits' CPU (benchmarks/bench_regress.py).
-        afresh = not _warm_starts(self.estimator)
         # A tiny inner fold rarely converges to ``tol``: the search judges each fit by its score.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", ConvergenceWarning)
             if len(candidates) > 1:
                 scores = np.empty((len(candidates), len(self.cv)))
+                # warm_start anywhere in the estimator (a pipeline's step, a wrapped model), as
+                # get_params names it: then a clone per fit, as GridSearchCV makes.
+                afresh = not any(k.rsplit("__", 1)[-1] == "warm_start" and v
+                                 for k, v in self.estimator.get_params(deep=True).items())
                 est = clone(self.estimator) if afresh else None
                 for i, cand in enumerate(candidates):
                     if afresh:
