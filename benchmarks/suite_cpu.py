@@ -6,6 +6,7 @@ job, Snakemake on a SLURM node) records its own CPU time when it exits, through 
 status``, ``snakemake_call``, ``job:regress``, ...). Processes that end without running their exit
 handlers (joblib's worker processes, a killed job) and non-Python ones (git, SLURM's daemons,
 Chromium) are not counted: the total says how much of the command's CPU that leaves out.
+The recording ``sitecustomize`` takes the place of any other on the path (a venv's own) for the run.
 
     python benchmarks/suite_cpu.py -- .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
     python benchmarks/suite_cpu.py --log /tmp/procs.jsonl --report-only
