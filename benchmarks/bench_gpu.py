@@ -7,7 +7,8 @@ Every figure is a ratio of two timings taken side by side in this run, on this c
   (random weights, MiniLM's tokenizer), plain ``SentenceTransformer.encode`` of the model's output
   (the baseline) against the project's forward pass (:func:`encmap.encoders.embed.embed_model`):
   its output alone, and every layer x pooling (x truncation) variant of one pass; each at the
-  params batch (64), with ``batch_tokens`` and with ``deterministic: false``. An embed job loads
+  params batch (64), with ``batch_tokens`` and with ``deterministic: false``; and each batch
+  tokenised in turn rather than ahead in a thread (``_in_turn``: ``READ_AHEAD = 0``). An embed job loads
   its model and makes one pass, so encode's load is timed too: ``time_vs_encode`` counts it on both
   sides, ``time_vs_encode_pass_only`` holds the project's load against encode's pass alone.
   Targets (issue 40): output alone ≤ 1.05x encode's time, all variants ≤ 1.3x.
@@ -153,8 +154,11 @@ def embed_part(texts: list[str], dev: str, work: Path, small: bool, batch_tokens
     """Project vs encode (both models), the variants' cost, token batches, the determinism setting."""
     import yaml
 
+    from encmap.encoders.backends import transformer
     from encmap.encoders.embed import FORWARD_DEFAULTS
     from encmap.encoders.variants import science_spec
+
+    read_ahead = transformer.READ_AHEAD
 
     base_spec = science_spec(yaml.safe_load((ROOT / "params.yaml").read_text())["models"]["minilm-l6"])
     models = {"minilm-l6": (minilm, base_spec | {"source": f"path:{minilm}"})}
@@ -167,10 +171,17 @@ def embed_part(texts: list[str], dev: str, work: Path, small: bool, batch_tokens
         r = out[name] = {"encode": encode_rate(path, texts, dev, "float32", 64, spec["max_seq_length"])}
         log(name, "encode", r["encode"])
         for key, s, fwd in (("output_only", only, FORWARD_DEFAULTS),
+                            ("output_only_in_turn", only, FORWARD_DEFAULTS),
                             ("all_variants", spec, FORWARD_DEFAULTS),
+                            ("all_variants_in_turn", spec, FORWARD_DEFAULTS),
                             ("all_variants_batch_tokens", spec, FORWARD_DEFAULTS | {"batch_tokens": batch_tokens}),
                             ("all_variants_nondeterministic", spec, FORWARD_DEFAULTS | {"deterministic": False})):
-            r[key] = project_rate(name, s, texts, dev, fwd)
+            # "_in_turn": each batch tokenised when it runs (no read-ahead thread): the pass before it.
+            transformer.READ_AHEAD = 0 if key.endswith("_in_turn") else read_ahead
+            try:
+                r[key] = project_rate(name, s, texts, dev, fwd)
+            finally:
+                transformer.READ_AHEAD = read_ahead
             r[key] |= vs_encode(r[key], r["encode"])
             log(name, key, r[key])
     _torch().use_deterministic_algorithms(True, warn_only=True)
@@ -281,7 +292,8 @@ def summary(res: dict) -> list[str]:
     """The ratios, one line each."""
     lines = [f"card: {res['card']}" + ("" if res.get("complete") else " (cut short: the parts measured so far)")]
     for name, r in res.get("embed", {}).items():
-        for key in ("output_only", "all_variants", "all_variants_batch_tokens", "all_variants_nondeterministic"):
+        for key in ("output_only", "output_only_in_turn", "all_variants", "all_variants_in_turn",
+                    "all_variants_batch_tokens", "all_variants_nondeterministic"):
             if key in r:
                 lines.append(f"{name:18s} {key:30s} {r[key]['time_vs_encode']:5.2f}x encode's time, both loading "
                              f"({r[key]['time_vs_encode_pass_only']:.2f}x its pass alone; "

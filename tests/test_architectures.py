@@ -7,6 +7,7 @@ padding, BOS and EOS), each a sentence-transformers model pooled as its real cou
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -172,6 +173,39 @@ def test_out_of_memory_halves_the_batch_and_retries(archs, monkeypatch):
     with pytest.raises(EncmapError, match=r"model 'b': out of cpu memory with a batch of 1 sentence"):
         embed_model("b", spec, TEXTS)
 
+
+
+@pytest.mark.parametrize("backend", ["sentence-transformers", "transformers"])
+def test_batches_tokenised_ahead_are_the_batches_run_and_give_the_same_bytes(backend, archs, monkeypatch):
+    """Read-ahead: every batch's inputs are tokenised in another thread, and the inputs handed to
+    the forward pass are those of the batch it runs, also after out-of-memory errors replan the
+    batches (a stale batch tokenised under the old plan would be caught here); the arrays are the
+    bytes of a pass that tokenises each batch in turn."""
+    spec = spec_for("bert", archs["bert"], batch_size=8, backend=backend, output=backend != "transformers")
+    monkeypatch.setattr(transformer, "READ_AHEAD", 0)
+    in_turn = embed_model("b", spec | {"batch_size": 2}, TEXTS)
+    monkeypatch.setattr(transformer, "READ_AHEAD", 2)
+    real, real_tokenize = transformer._forward, transformer._tokenize
+    sizes, threads = [], set()
+
+    def tokenize(*args):
+        threads.add(threading.current_thread().name)
+        return real_tokenize(*args)
+
+    def check(st, tok, net, batch, spec, device, want_output, encoded):
+        sizes.append(len(batch))
+        assert torch.equal(encoded["input_ids"], real_tokenize(st, tok, batch, spec)["input_ids"])
+        if len(batch) > 2:
+            raise torch.OutOfMemoryError("CUDA out of memory")
+        return real(st, tok, net, batch, spec, device, want_output, encoded)
+
+    monkeypatch.setattr(transformer, "_tokenize", tokenize)
+    monkeypatch.setattr(transformer, "_forward", check)
+    ahead = embed_model("b", spec, TEXTS)
+    assert sizes == [6, 4, 2, 2, 2] and threads and threading.current_thread().name not in threads
+    assert set(ahead.arrays) == set(in_turn.arrays)
+    for e, a in in_turn.arrays.items():
+        assert ahead.arrays[e].tobytes() == a.tobytes(), e
 
 def test_token_batches_by_hand():
     """Longest first; each batch as many sentences as fit the budget at its first (longest) length."""
