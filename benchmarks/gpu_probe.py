@@ -4,7 +4,7 @@ bench_gpu.py says how far each path is from its baseline; this says why, on the 
 
 - **embed**: a cProfile of :func:`encmap.encoders.embed.embed_model` (every variant of one pass,
   and the output alone) for all-MiniLM-L6-v2 and the BERT-base-sized model, the functions that
-  take the most time listed; and the output alone under each determinism setting (torch's
+  take the most time listed; and each pass under each determinism setting (torch's
   ``use_deterministic_algorithms``, and its ``fill_uninitialized_memory``), side by side.
 - **derive**: the device route of the pairwise step derives each U from the embeddings (a QR and
   an SVD of the small factor when V is not stored): each part timed at n = 10,000 for d = 512 and
@@ -79,13 +79,14 @@ def embed_probe(texts: list[str], dev: str, work: Path, small: bool, minilm: Pat
             sec, lines = profiled(lambda: embed_model(name, s, texts, dev, forward=FORWARD_DEFAULTS), top)
             r[f"profile_{key}"] = {"seconds": sec, "top": lines}
             print(name, key, f"{sec:.2f} s", *lines, sep="\n", flush=True)
-        for det, fill in ((True, True), (True, False), (False, True)) if determinism else ():
-            torch.utils.deterministic.fill_uninitialized_memory = fill
-            fresh(dev)
-            _, sec = timed(dev, lambda: embed_model(name, only, texts, dev,
-                                                    forward=FORWARD_DEFAULTS | {"deterministic": det}))
-            r[f"output_only_deterministic_{det}_fill_{fill}"] = sec
-            print(name, f"output alone, deterministic={det}, fill_uninitialized_memory={fill}: {sec:.2f} s", flush=True)
+        for key, s in (("all_variants", spec), ("output_only", only)):
+            for det, fill in ((True, True), (True, False), (False, True)) if determinism and key in keys else ():
+                torch.utils.deterministic.fill_uninitialized_memory = fill
+                fresh(dev)
+                _, sec = timed(dev, lambda: embed_model(name, s, texts, dev,
+                                                        forward=FORWARD_DEFAULTS | {"deterministic": det}))
+                r[f"{key}_deterministic_{det}_fill_{fill}"] = sec
+                print(name, f"{key}, deterministic={det}, fill_uninitialized_memory={fill}: {sec:.2f} s", flush=True)
         torch.utils.deterministic.fill_uninitialized_memory = True
 
 

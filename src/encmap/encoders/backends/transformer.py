@@ -113,12 +113,28 @@ def weight_bytes(model: str, spec: dict) -> int | None:
     return int(sum(p.numel() for p in net.parameters())) * size
 
 
-def _to_numpy(x) -> np.ndarray:
-    # A host copy: a view such as hidden[:, 0] would otherwise keep the whole (batch x tokens x
-    # width) hidden-state tensor alive.
-    import torch
+class _HostRows:
+    """Each batch's pooled rows, (b, w) float32, copied to the host into one buffer reused for
+    every batch: pinned (page-locked) on CUDA, so the copy is one DMA rather than a staged copy of
+    pageable memory, and no batch allocates (under deterministic algorithms torch would also fill
+    each new host tensor before the copy overwrites it). It grows when a batch has more rows (token
+    batches of short sentences do)."""
 
-    return x.detach().to("cpu", torch.float32, copy=True).numpy()
+    def __init__(self, device: str):
+        self.pin = device.startswith("cuda")
+        self.buf = None
+
+    def __call__(self, rows) -> np.ndarray:
+        """A NumPy view of ``rows`` on the host, valid until the next call."""
+        import torch
+
+        b, w = rows.shape
+        if self.buf is None or self.buf.shape[0] < b or self.buf.shape[1] != w:
+            grown = b if self.buf is None else max(b, 2 * self.buf.shape[0])
+            self.buf = torch.empty((grown, w), dtype=torch.float32, pin_memory=self.pin)
+        out = self.buf[:b]
+        out.copy_(rows)
+        return out.numpy()
 
 
 def _load_sentence_transformer(spec: dict, ref: str, device: str):
@@ -300,11 +316,12 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
     # One (n, d) array per encoder, filled in place in the sentences' own order: memory is the
     # result itself, with no per-batch chunks to stack (and no heap they would fragment).
     arrays: dict[str, np.ndarray] = {}
+    host = _HostRows(device)
 
     def put(idx: np.ndarray, pooled: dict) -> None:
         # Every variant of the batch side by side on the device, then one copy to the host: one
         # synchronising transfer per batch instead of one per variant (21-36 of them per model).
-        rows = _to_numpy(torch.cat([x.float() for x in pooled.values()], dim=1))
+        rows = host(torch.cat([x.float() for x in pooled.values()], dim=1))
         lo = 0
         for key, x in pooled.items():
             hi = lo + x.shape[1]
