@@ -240,12 +240,15 @@ def hash_word(w: str) -> int:
     return zlib.crc32(w.encode()) % 64
 
 
-def test_encoders_scored_side_by_side_give_the_serial_scores():
+def test_encoders_scored_side_by_side_give_the_serial_scores(monkeypatch):
     """evaluate_step scores a model's variants in worker processes: the same numbers as one by one."""
     from functools import partial
 
+    from encmap import parallel
     from encmap.downstream.metrics import score_tasks
     from encmap.parallel import map_single_threaded
+
+    monkeypatch.setattr(parallel, "POOL_MIN_SECONDS", 0)  # every variant to the workers, however small
 
     rng = np.random.default_rng(5)
     texts = [f"t{i}" for i in range(60)]

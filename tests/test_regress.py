@@ -285,10 +285,12 @@ def test_cli_regress_on_a_users_own_matrix(tmp_path, capsys):
     assert "features of shape (5, 30) for 12 encoder_ids" in capsys.readouterr().err
 
 
-def test_worker_processes_do_not_change_the_table(synthetic):
+def test_worker_processes_do_not_change_the_table(synthetic, monkeypatch):
     """The units run side by side in worker processes give the bytes of the serial run."""
+    from encmap import parallel
     from encmap.downstream.regression import fit_final
 
+    monkeypatch.setattr(parallel, "POOL_MIN_SECONDS", 0)  # every unit to the workers, however small
     F, Y, g = synthetic["F"], synthetic["Y"], synthetic["groups"]
     rows, preds = regression_table(F, Y, ["linear", "group"], g, records(50, g), PARAMS, 0, n_jobs=2)
     np.testing.assert_equal(rows, synthetic["rows"])  # NaN == NaN here
