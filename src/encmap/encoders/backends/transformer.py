@@ -219,13 +219,11 @@ def _tokenize(st, tok, batch: list[str], spec: dict):
     return tok(batch, padding=True, truncation=True, max_length=spec["max_seq_length"], return_tensors="pt")
 
 
-def _forward(st, tok, net, batch: list[str], spec: dict, device: str, want_output: bool, encoded=None):
+def _forward(st, tok, net, batch: list[str], spec: dict, device: str, want_output: bool, encoded):
     """Hidden states (every layer, (b, t, h) each), attention mask (b, t), model output (b, d) or None.
 
-    ``encoded``: ``batch`` already tokenised by :func:`_tokenize` (in the read-ahead thread);
-    tokenised here when None."""
-    if encoded is None:
-        encoded = _tokenize(st, tok, batch, spec)
+    ``encoded``: the texts ``batch`` as :func:`_tokenize` made them (in the read-ahead thread);
+    the texts themselves are passed along so that a wrapper sees which sentences run."""
     if st is not None:
         from sentence_transformers.util import batch_to_device
 
