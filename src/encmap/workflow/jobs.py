@@ -133,13 +133,22 @@ def _proc_stat(pid: int) -> tuple[int, int] | None:
     return int(fields[1]), int(fields[19])
 
 
+#: ``python -m <module>`` forms of a Snakemake process: Snakemake's own, and ``encmap repro``'s call.
+SNAKEMAKE_MODULES = ("snakemake", "encmap.workflow.snakemake_call")
+
+
 def _is_snakemake(pid: int) -> bool:
+    """Whether process ``pid`` is a Snakemake: ``snakemake``, ``python -m snakemake``, ``encmap
+    repro``'s call (``python -m encmap.workflow.snakemake_call``) or ``encmap stage``, which runs
+    Snakemake in its own process (every DVC stage)."""
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
     except OSError:
         return False
-    return any(Path(a).name == "snakemake" for a in args) or any(
-        a == "-m" and b == "snakemake" for a, b in zip(args, args[1:]))
+    pairs = list(zip(args, args[1:]))
+    return (any(Path(a).name == "snakemake" for a in args)
+            or any(a == "-m" and b in SNAKEMAKE_MODULES for a, b in pairs)
+            or any(Path(a).name == "encmap" and b == "stage" for a, b in pairs))
 
 
 def snakemake_ancestors(pid: int | None = None) -> list[tuple[int, int]]:

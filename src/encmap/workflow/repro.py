@@ -57,17 +57,22 @@ def _prune(root: Path, params: dict, job: StageJob, paths: list[str] | None, log
             log(f"removed {f} (no encoder of params makes it)")
 
 
+def snakemake_argv(jobs: list[StageJob], extra: list[str]) -> list[str]:
+    """Snakemake's command line making ``jobs``' targets (their rules only)."""
+    return [t for j in jobs for t in j.targets] + [*SNAKEMAKE_ARGS, "--allowed-rules",
+                                                  *sorted({j.rule for j in jobs}), *extra]
+
+
 def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | None = None,
               ledger: Path | None = None) -> int:
-    """One Snakemake call making ``jobs``' targets (their rules only); its exit status. With
-    ``ledger``, every job Snakemake declares finished is appended to it (:mod:`.snakemake_call`)."""
-    argv = [t for j in jobs for t in j.targets] + [*SNAKEMAKE_ARGS, "--allowed-rules",
-                                                  *sorted({j.rule for j in jobs}), *extra]
+    """One Snakemake call making ``jobs``' targets (their rules only), in a child process; its exit
+    status. With ``ledger``, every job Snakemake declares finished is appended to it
+    (:mod:`.snakemake_call`)."""
     # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
     # catalogue's scale): Snakemake's own command line is handed over in a file.
     (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
-        json.dump(argv, f)
+        json.dump(snakemake_argv(jobs, extra), f)
     try:
         cmd = [sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, *([str(ledger)] if ledger else [])]
         return subprocess.run(cmd, cwd=root, env=os.environ | (env or {})).returncode
@@ -76,9 +81,12 @@ def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | No
 
 
 def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int:
-    """``encmap stage [NAME]``: the command of every DVC stage (``NAME`` default: ``$DVC_STAGE``)."""
+    """``encmap stage [NAME]``: the command of every DVC stage (``NAME`` default: ``$DVC_STAGE``).
+    Snakemake runs in this process: a second interpreter per stage cost ~0.2 s of CPU, and DVC
+    then kills Snakemake itself when it stops a stage."""
     from ..params import parse_yaml_file
     from .config import validate_once
+    from .snakemake_call import run_snakemake
 
     root = Path(root).resolve()
     name = name or os.environ.get("DVC_STAGE")
@@ -91,7 +99,8 @@ def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int
     validate_once(params, str(path))  # a refused value stops here, before any job
     job = stage_job(name.rsplit(":", 1)[-1], params)  # a stage of another dvc.yaml: <path>:<name>
     _prune(root, params, job, None, log)
-    return snakemake(root, [job], [])
+    os.chdir(root)
+    return run_snakemake(snakemake_argv([job], []))
 
 
 def _per_model_targets(models: dict[str, dict]) -> dict[tuple[str, str], list[str]]:

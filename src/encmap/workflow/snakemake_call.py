@@ -204,22 +204,34 @@ def _record_finished(ledger: str) -> None:
     DAG.finish = recording_finish
 
 
-def run_recording(argv_file: str, ledger: str | None) -> None:
-    """The child process: Snakemake's command line (JSON list in ``argv_file``), its profiles checked
-    as Snakemake reads them (:func:`check_profiles`: ``encmap stage`` under ``dvc repro`` checks
-    nothing before), and with ``ledger`` every finished job's outputs appended to it."""
+def run_snakemake(argv: list[str], ledger: str | None = None) -> int:
+    """Snakemake's command line ``argv`` in this process (the working directory is the project's):
+    its profiles checked as Snakemake reads them (:func:`check_profiles`: ``encmap stage`` under
+    ``dvc repro`` checks nothing before), and with ``ledger`` every finished job's outputs appended
+    to it. Returns Snakemake's exit status (2: a profile refused)."""
     from snakemake.cli import main
 
-    with open(argv_file, encoding="utf-8") as f:
-        argv = json.load(f)
     try:
         check_profiles(argv, Path.cwd())
     except EncmapError as e:
         print(f"encmap: {e}", file=sys.stderr)
-        sys.exit(2)
+        return 2
     if ledger:
         _record_finished(ledger)
-    main(argv)
+    try:
+        main(argv)
+    except SystemExit as e:  # Snakemake's main always exits
+        return e.code if isinstance(e.code, int) else 1
+    return 0
+
+
+def run_recording(argv_file: str, ledger: str | None) -> None:
+    """The child process of ``encmap repro``: :func:`run_snakemake` with the command line in
+    ``argv_file`` (a JSON list: at the catalogue's scale the targets outgrow the kernel's argument
+    limit)."""
+    with open(argv_file, encoding="utf-8") as f:
+        argv = json.load(f)
+    sys.exit(run_snakemake(argv, ledger))
 
 
 def finished_outputs(ledger: str | Path) -> dict[str, str | None]:
