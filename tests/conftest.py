@@ -117,8 +117,9 @@ def user_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def snakemade(tmp_path_factory) -> Path:
     """Ten control models (``light_params``) through plain ``snakemake --cores 2`` (the README's
-    command 1), committed; built once for the session (test_record reads copies of it, and
-    test_dvc_route's project is a copy of it recorded by ``encmap record``)."""
+    command 1), committed; built once for the session (test_record reads copies of it;
+    test_dvc_route's project and test_failures' killed ``dvc repro`` start from copies recorded by
+    ``encmap record``)."""
     from support.project import built_once, light_params, make_project, run
 
     def build(root: Path) -> None:
