@@ -68,12 +68,16 @@ def test_encmap_stage_is_a_snakemake_to_the_jobs_it_runs(tmp_path):
     watch it. Shown on a process with its command line (`<python> .../bin/encmap stage map`)."""
     from encmap.workflow.jobs import _is_snakemake
 
-    shapes = {"encmap stage": ["/bin/sh", "-c", "sleep 30", "/venv/bin/encmap", "stage", "map"],
-              "encmap repro": ["/bin/sh", "-c", "sleep 30", "/venv/bin/encmap", "repro"]}
+    # A Python that says it is up before it is asked: until then /proc shows the forked pytest's
+    # command line, and a shell may exec its last command and show that one instead.
+    sleeper = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"]
+    shapes = {"encmap stage": sleeper + ["/venv/bin/encmap", "stage", "map"],
+              "encmap repro": sleeper + ["/venv/bin/encmap", "repro"]}
     seen = {}
     for name, argv in shapes.items():
-        p = subprocess.Popen(argv)
+        p = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
         try:
+            assert p.stdout.readline() == "up\n"
             seen[name] = _is_snakemake(p.pid)
         finally:
             p.kill()
