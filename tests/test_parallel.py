@@ -44,6 +44,7 @@ def test_workers_start_only_for_work_that_pays_for_them(monkeypatch):
     """Small work runs here (no interpreter started for it); once the items done predict
     POOL_MIN_SECONDS of CPU for the rest, the rest goes to the workers; results in order."""
     monkeypatch.setattr(parallel, "POOL_MIN_SECONDS", 0.2)
+    monkeypatch.setattr(parallel, "BUSY_SHARE", 0.0)  # whatever else runs beside this test (below)
     small = map_single_threaded(partial(pid_after_cpu, 0.001), list(range(6)), 2)
     assert small == [(i, os.getpid()) for i in range(6)]  # 6 ms predicted: all here
     big = map_single_threaded(partial(pid_after_cpu, 0.05), list(range(8)), 2)
@@ -52,3 +53,21 @@ def test_workers_start_only_for_work_that_pays_for_them(monkeypatch):
     assert big[0][1] == os.getpid() and os.getpid() not in {p for _, p in big[1:]}
     # An iterator has no length to predict from: to the workers at once.
     assert os.getpid() not in {p for _, p in map_single_threaded(partial(pid_after_cpu, 0.0), iter(range(3)), 2)}
+
+
+def test_no_workers_where_other_processes_hold_the_cores(monkeypatch):
+    """With a busy process more than there are cores, the items here get well under BUSY_SHARE of a
+    core: work that would pay for workers on idle cores runs here to the end. Old: the workers
+    started anyway, each importing scikit-learn again (~2 s of CPU) only to share the same cores."""
+    import subprocess
+    import sys
+
+    monkeypatch.setattr(parallel, "POOL_MIN_SECONDS", 0.2)
+    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + 2)]
+    try:
+        busy = map_single_threaded(partial(pid_after_cpu, 0.05), list(range(8)), 2)
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    assert busy == [(i, os.getpid()) for i in range(8)]
