@@ -56,15 +56,19 @@ def test_workers_start_only_for_work_that_pays_for_them(monkeypatch):
 
 
 def test_no_workers_where_other_processes_hold_the_cores(monkeypatch):
-    """With a busy process more than there are cores, the items here get well under BUSY_SHARE of a
-    core: work that would pay for workers on idle cores runs here to the end. Old: the workers
-    started anyway, each importing scikit-learn again (~2 s of CPU) only to share the same cores."""
+    """With two busy processes per core, the items here get under half a core (n / (2n + 1) of
+    one), well under BUSY_SHARE: work that would pay for workers on idle cores runs here to the
+    end. Old: the workers started anyway, each importing scikit-learn again (~2 s of CPU) only to
+    share the same cores."""
     import subprocess
     import sys
 
     monkeypatch.setattr(parallel, "POOL_MIN_SECONDS", 0.2)
-    spin = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range((os.cpu_count() or 1) + 2)]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    spin = [subprocess.Popen([sys.executable, "-c", "print('up', flush=True)\nwhile True: pass"],
+                             stdout=subprocess.PIPE, text=True) for _ in range(2 * cores)]
     try:
+        assert all(p.stdout.readline() == "up\n" for p in spin)  # every one spinning before the first item
         busy = map_single_threaded(partial(pid_after_cpu, 0.05), list(range(8)), 2)
     finally:
         for p in spin:
