@@ -42,7 +42,8 @@ def pytest_sessionfinish(session):
     out = os.environ.get("ENCMAP_TEST_CPU")
     if out and _rows:
         Path(out).mkdir(parents=True, exist_ok=True)
-        name = os.environ.get("PYTEST_XDIST_WORKER", "main")
+        # The worker's id from xdist itself: PYTEST_XDIST_WORKER is inherited by a pytest that a test starts.
+        name = getattr(session.config, "workerinput", {}).get("workerid", "main")
         (Path(out) / f"{name}.json").write_text(json.dumps(_rows))
 
 
