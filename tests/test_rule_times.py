@@ -7,7 +7,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
-# Snakemake 9's log lines (from a command 1 run): two embed jobs side by side, then pip.
+# Lines in the format of Snakemake 9.27's log (taken from a command 1 run, times and ids changed): two embed
+# jobs side by side, then pip across midnight, then a job that never finished.
 LOG = """Select jobs to execute...
 Execute 2 jobs...
 [Fri Nov 27 18:28:33 2026]
