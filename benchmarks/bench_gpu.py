@@ -8,7 +8,9 @@ Every figure is a ratio of two timings taken side by side in this run, on this c
   (the baseline) against the project's forward pass (:func:`encmap.encoders.embed.embed_model`):
   its output alone, and every layer x pooling (x truncation) variant of one pass; each at the
   params batch (64), with ``batch_tokens`` and with ``deterministic: false``; and each batch
-  tokenised in turn rather than ahead in a thread (``_in_turn``: ``READ_AHEAD = 0``). An embed job loads
+  tokenised in turn rather than ahead in a thread (``_in_turn``: ``READ_AHEAD = 0``), and with every
+  variant checked on the host after the pass rather than proven on the device as its rows leave it
+  (``_host_checks``: ``CHECKS_ON_DEVICE = ()``; ``proven`` counts the variants the device proved). An embed job loads
   its model and makes one pass, so encode's load is timed too: ``time_vs_encode`` counts it on both
   sides, ``time_vs_encode_pass_only`` holds the project's load against encode's pass alone.
   Targets (issue 40): output alone ≤ 1.05x encode's time, all variants ≤ 1.3x.
@@ -118,7 +120,7 @@ def project_rate(model: str, spec: dict, texts: list[str], dev: str, forward: di
         res, s2 = timed(dev, lambda: embed_model(model, spec, texts, dev, forward=forward))
         s = min(s, s2)
     out = {"sentences_per_s": len(texts) / s, "seconds": s, "variants": len(res.variants),
-           "batches": res.provenance.get("batches"), "peak_mib": peak_mib(dev)}
+           "proven": len(res.proven), "batches": res.provenance.get("batches"), "peak_mib": peak_mib(dev)}
     del res
     fresh(dev)
     return out
@@ -149,8 +151,13 @@ def bert_base(dest: Path, small: bool, minilm: Path) -> Path:
     return dest / "st"
 
 
+#: The embed part's measurements, in order (``--keys`` picks some).
+EMBED_KEYS = ("output_only", "output_only_in_turn", "all_variants", "all_variants_in_turn", "all_variants_host_checks",
+              "all_variants_batch_tokens", "all_variants_nondeterministic")
+
+
 def embed_part(texts: list[str], dev: str, work: Path, small: bool, batch_tokens: int, log, out: dict,
-               minilm: Path) -> dict:
+               minilm: Path, keys: tuple[str, ...] = EMBED_KEYS) -> dict:
     """Project vs encode (both models), the variants' cost, token batches, the determinism setting."""
     import yaml
 
@@ -158,7 +165,7 @@ def embed_part(texts: list[str], dev: str, work: Path, small: bool, batch_tokens
     from encmap.encoders.embed import FORWARD_DEFAULTS
     from encmap.encoders.variants import science_spec
 
-    read_ahead = transformer.READ_AHEAD
+    read_ahead, on_device = transformer.READ_AHEAD, transformer.CHECKS_ON_DEVICE
 
     base_spec = science_spec(yaml.safe_load((ROOT / "params.yaml").read_text())["models"]["minilm-l6"])
     models = {"minilm-l6": (minilm, base_spec | {"source": f"path:{minilm}"})}
@@ -170,18 +177,21 @@ def embed_part(texts: list[str], dev: str, work: Path, small: bool, batch_tokens
         only = spec | {"layers": [], "pooling": [], "dims": []}
         r = out[name] = {"encode": encode_rate(path, texts, dev, "float32", 64, spec["max_seq_length"])}
         log(name, "encode", r["encode"])
-        for key, s, fwd in (("output_only", only, FORWARD_DEFAULTS),
-                            ("output_only_in_turn", only, FORWARD_DEFAULTS),
-                            ("all_variants", spec, FORWARD_DEFAULTS),
-                            ("all_variants_in_turn", spec, FORWARD_DEFAULTS),
-                            ("all_variants_batch_tokens", spec, FORWARD_DEFAULTS | {"batch_tokens": batch_tokens}),
-                            ("all_variants_nondeterministic", spec, FORWARD_DEFAULTS | {"deterministic": False})):
-            # "_in_turn": each batch tokenised when it runs (no read-ahead thread): the pass before it.
+        runs = {"output_only": (only, FORWARD_DEFAULTS), "output_only_in_turn": (only, FORWARD_DEFAULTS),
+                "all_variants": (spec, FORWARD_DEFAULTS), "all_variants_in_turn": (spec, FORWARD_DEFAULTS),
+                "all_variants_host_checks": (spec, FORWARD_DEFAULTS),
+                "all_variants_batch_tokens": (spec, FORWARD_DEFAULTS | {"batch_tokens": batch_tokens}),
+                "all_variants_nondeterministic": (spec, FORWARD_DEFAULTS | {"deterministic": False})}
+        for key in keys:
+            s, fwd = runs[key]
+            # "_in_turn": each batch tokenised when it runs (no read-ahead thread); "_host_checks":
+            # every variant checked on the host after the pass. Each is the pass before its change.
             transformer.READ_AHEAD = 0 if key.endswith("_in_turn") else read_ahead
+            transformer.CHECKS_ON_DEVICE = () if key.endswith("_host_checks") else on_device
             try:
                 r[key] = project_rate(name, s, texts, dev, fwd)
             finally:
-                transformer.READ_AHEAD = read_ahead
+                transformer.READ_AHEAD, transformer.CHECKS_ON_DEVICE = read_ahead, on_device
             r[key] |= vs_encode(r[key], r["encode"])
             log(name, key, r[key])
     _torch().use_deterministic_algorithms(True, warn_only=True)
@@ -292,13 +302,13 @@ def summary(res: dict) -> list[str]:
     """The ratios, one line each."""
     lines = [f"card: {res['card']}" + ("" if res.get("complete") else " (cut short: the parts measured so far)")]
     for name, r in res.get("embed", {}).items():
-        for key in ("output_only", "output_only_in_turn", "all_variants", "all_variants_in_turn",
-                    "all_variants_batch_tokens", "all_variants_nondeterministic"):
+        for key in EMBED_KEYS:
             if key in r:
                 lines.append(f"{name:18s} {key:30s} {r[key]['time_vs_encode']:5.2f}x encode's time, both loading "
                              f"({r[key]['time_vs_encode_pass_only']:.2f}x its pass alone; "
                              f"{r[key]['seconds']:.2f} s vs {r['encode']['load_seconds']:.2f} + "
-                             f"{r['encode']['seconds']:.2f} s)")
+                             f"{r['encode']['seconds']:.2f} s; {r[key].get('proven', 0)} of "
+                             f"{r[key].get('variants', '?')} variants proven on the device)")
     for dtype in ("float16", "bfloat16"):
         d = res.get("dtypes", {}).get(dtype)
         if d and "weights_vs_float32" in d:
@@ -321,6 +331,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--batch-tokens", type=int, default=8192)
     ap.add_argument("--device", default=None, help="default: cuda when there is one, else cpu")
     ap.add_argument("--parts", default="embed,dtypes,pairwise")
+    ap.add_argument("--keys", default=",".join(EMBED_KEYS), help="the embed part's measurements (comma-separated)")
     ap.add_argument("--out", default=None, help="write every measurement here (JSON), after each one: "
                     "what a run cut short by a time limit measured is kept")
     ap.add_argument("--minilm", default=None, help="all-MiniLM-L6-v2's folder (default: the packaged one)")
@@ -335,9 +346,14 @@ def main(argv: list[str] | None = None) -> dict:
     m = a.m or (6 if a.small else 100)
     card = torch.cuda.get_device_name(dev) if dev.startswith("cuda") else f"cpu ({os.cpu_count()} cores)"
     res: dict = {"card": card, "device": dev, "n": n, "date": time.strftime("%Y-%m-%d"),
-                 "torch": torch.__version__, "repeats": REPEATS}
+                 "torch": torch.__version__, "repeats": REPEATS,
+                 # unset in an embed job: the tokenizer's batches run on every core (Rust threads)
+                 "tokenizers_parallelism": os.environ.get("TOKENIZERS_PARALLELISM", "unset")}
     parts = a.parts.split(",")
     minilm = Path(a.minilm) if a.minilm else minilm_path()
+    keys = tuple(a.keys.split(","))
+    if set(keys) - set(EMBED_KEYS):
+        ap.error(f"--keys: unknown {sorted(set(keys) - set(EMBED_KEYS))} (known: {', '.join(EMBED_KEYS)})")
 
     def log(*x) -> None:
         print(*[json.dumps(v, default=float)[:240] if isinstance(v, dict) else v for v in x], flush=True)
@@ -353,7 +369,7 @@ def main(argv: list[str] | None = None) -> dict:
             if len(texts) < n:
                 raise SystemExit(f"{a.sentences}: {len(texts)} sentences, fewer than n = {n}")
             if "embed" in parts:
-                embed_part(texts, dev, work, a.small, a.batch_tokens, log, res.setdefault("embed", {}), minilm)
+                embed_part(texts, dev, work, a.small, a.batch_tokens, log, res.setdefault("embed", {}), minilm, keys)
             if "dtypes" in parts:
                 dtype_part(texts, dev, work, a.small, log, res.setdefault("dtypes", {}), minilm)
         if "pairwise" in parts:

@@ -25,7 +25,7 @@ rm -rf "$tmp" && mkdir -p "$tmp/benchmarks" "$tmp/data" "$tmp/models" "$tmp/test
 cp -r src params.yaml pyproject.toml "$tmp/"
 cp benchmarks/bench_gpu.py benchmarks/gpu_probe.py "$tmp/benchmarks/"
 cp benchmarks/gpu_run.sh "$tmp/run.sh"
-cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py "$tmp/tests/"
+cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py tests/test_running_checks.py "$tmp/tests/"
 cp "$SENTENCES" "$tmp/data/sentences.txt"
 find "$tmp" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 "$PY" - "$tmp/models/minilm-l6" <<'PY'

@@ -33,17 +33,18 @@ def test_the_gpu_pack_runs_on_a_bare_machine_and_its_ratios_are_its_timings(tmp_
     log = (out / "bench.log").read_text()
     assert r.returncode == 0, log[-4000:] + (out / "pytest.log").read_text()[-2000:]
     tests = (out / "pytest.log").read_text()
-    assert "2 skipped" in tests and "error" not in tests.lower(), tests  # collected under the bare Python
+    assert "3 skipped" in tests and "error" not in tests.lower(), tests  # collected under the bare Python
     res = json.loads((out / "gpu.json").read_text())
     assert res["n"] == 80 and res["complete"]
     for name in ("minilm-l6", "bert-base-random"):
         e = res["embed"][name]
         enc = e["encode"]
         for key in ("output_only", "output_only_in_turn", "all_variants", "all_variants_in_turn",
-                    "all_variants_batch_tokens", "all_variants_nondeterministic"):
+                    "all_variants_host_checks", "all_variants_batch_tokens", "all_variants_nondeterministic"):
             assert e[key]["time_vs_encode"] == pytest.approx(e[key]["seconds"] / (enc["seconds"] + enc["load_seconds"]))
             assert e[key]["time_vs_encode_pass_only"] == pytest.approx(e[key]["seconds"] / enc["seconds"])
         assert e["output_only"]["variants"] == 1 and e["all_variants"]["variants"] > 1
+        assert e["all_variants"]["proven"] == 0  # the CPU checks on the host (CHECKS_ON_DEVICE)
         assert e["all_variants_batch_tokens"]["batches"] < e["all_variants"]["batches"]
     assert res["dtypes"]["float16"]["weights_vs_float32"] == pytest.approx(0.5, rel=0.01)
     pw = res["pairwise"]["cpu"]

@@ -155,7 +155,12 @@ def check_same_sentences(X: Any, Y: Any, what: str, names: tuple[str, str] = ("X
     return A, B
 
 
-def degenerate_reason(E: Any, rtol: float = 1e-5) -> str | None:
+#: degenerate_reason's tolerance: rank <= 1 when projecting onto the longest row leaves at most
+#: this fraction of ‖E‖_F (float32 rounding of a rank-1 matrix leaves ~1e-7).
+DEGENERATE_RTOL = 1e-5
+
+
+def degenerate_reason(E: Any, rtol: float = DEGENERATE_RTOL) -> str | None:
     """Why an embedding matrix carries no information about its sentences, or None.
 
     Degenerate means rank <= 1: every row is a multiple of one vector (constant across

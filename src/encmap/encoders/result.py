@@ -18,12 +18,15 @@ class EmbeddingResult:
 
     ``degenerate`` maps the id of an encoder whose embeddings carry no information (rank <= 1)
     to the reason, when ``embed.degenerate: drop`` kept it off the map instead of failing.
+    ``proven`` holds the ids of encoders the backend proved sound while embedding
+    (:mod:`encmap.encoders.running_checks`), which need no check on the host.
     """
 
     variants: list[Variant]
     arrays: dict[str, np.ndarray]
     provenance: dict[str, Any]
     degenerate: dict[str, str] = field(default_factory=dict)
+    proven: frozenset[str] = frozenset()
 
 
 def length_order(texts: list[str]) -> np.ndarray:

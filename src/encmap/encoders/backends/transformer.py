@@ -35,6 +35,11 @@ MIN_BATCH = 1
 #: host work of every pass (1.2-1.8 s of 10,000 sentences, measured on an H200), and the device
 #: would otherwise wait for it between batches. 0 tokenises each batch in turn.
 READ_AHEAD = 2
+#: Device types whose passes check the variants as their rows leave the device
+#: (:class:`encmap.encoders.running_checks.RunningChecks`), so the host need not read them all
+#: again after the pass. Not the CPU, where the statistics would be the same host work moved
+#: into the pass, nor MPS, which has no float64. Empty: every variant checked on the host.
+CHECKS_ON_DEVICE = ("cuda",)
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -270,6 +275,7 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
     from tqdm import tqdm
 
     from ..pooling import pool
+    from ..running_checks import RunningChecks
 
     rev = spec["revision"]
     local = None if "weights_sha256" in prov or spec["source"].startswith("hub:") else \
@@ -315,11 +321,13 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
     # result itself, with no per-batch chunks to stack (and no heap they would fragment).
     arrays: dict[str, np.ndarray] = {}
     host = _HostRows(device)
+    checks: list[RunningChecks] = []  # one, from the first batch, where the device checks
 
     def put(idx: np.ndarray, pooled: dict) -> None:
         # Every variant of the batch side by side on the device, then one copy to the host: one
         # synchronising transfer per batch instead of one per variant (21-36 of them per model).
-        rows = host(torch.cat([x.float() for x in pooled.values()], dim=1))
+        side = torch.cat([x.float() for x in pooled.values()], dim=1)
+        rows = host(side)
         lo = 0
         for key, x in pooled.items():
             hi = lo + x.shape[1]
@@ -327,6 +335,10 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
                 arrays[key] = np.empty((len(inputs), x.shape[1]), dtype=np.float32)
             arrays[key][idx] = rows[:, lo:hi]
             lo = hi
+        if torch.device(device).type in CHECKS_ON_DEVICE:
+            if not checks:
+                checks.append(RunningChecks({key: x.shape[1] for key, x in pooled.items()}, side.device))
+            checks[0].add(side)  # after the rows are stored: a batch retried out of memory counts once
 
     # One thread, so the tokenizer is never used by two at once (the main thread leaves it alone
     # during the pass); it runs while the main thread waits for the device.
@@ -380,11 +392,14 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
         log.warning("model %r: embedded with %s after out-of-memory errors", model,
                     f"a token budget of {budget} (params: {batch_tokens})" if batch_tokens else
                     f"batch size {bs} (params: {spec['batch_size']})")
+    proven = {key for key, ok in checks[0].proven().items() if ok} if checks else set()
     if want_output:
         arrays |= output_arrays(model, spec, arrays.pop("output"), variants)
+        if "output" in proven:  # the full output; its truncations are checked on the host
+            proven = (proven - {"output"}) | {v.id for v in variants if v.pooling == "output" and v.dim is None}
     prov |= ({"weights_sha256": local.result()} if local is not None else {}) | hub.result()
     prov.update({"model_id": model_id(spec["source"]), "revision": rev, "num_hidden_layers": n_layers,
                  "max_seq_length": spec["max_seq_length"], "dtype": spec["dtype"], "batch_size_used": bs,
                  "batch_tokens_used": budget if batch_tokens else None, "batches": len(queue),
                  "causal": causal, "padding_side": str(getattr(tok, "padding_side", "right"))})
-    return EmbeddingResult(variants, arrays, prov)
+    return EmbeddingResult(variants, arrays, prov, proven=frozenset(proven))
