@@ -14,7 +14,7 @@ import h5py
 import numpy as np
 import pytest
 import yaml
-from support.project import ARTIFACTS, REPO, make_project, run, tiny_params, tree_hashes
+from support.project import ALL_TASKS, ARTIFACTS, REPO, make_project, run, tiny_params, tree_hashes
 from support.svg import check_regression_figures
 
 pytestmark = pytest.mark.slow
@@ -26,7 +26,8 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
 
     tiny-st has its own Pooling (CLS) and Normalize modules, so __out is its own encoder.
     """
-    a = make_project(tmp_path_factory.mktemp("mapped") / "a", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
+    a = make_project(tmp_path_factory.mktemp("mapped") / "a",
+                     tiny_params(tiny_bert, user_file, st_dir=tiny_st, tasks=ALL_TASKS))
     # One embed job per model, one pip and one features job per encoder.
     plan = run("snakemake -n", a).stdout
     counts = dict(re.findall(r"^(embed|pip|features|gather|pairwise|cka_rbf|stitch|agreement|map|tasks|evaluate|regress)"
@@ -41,7 +42,7 @@ def mapped(tmp_path_factory, tiny_bert, tiny_st, user_file) -> Path:
 @pytest.mark.slow(minutes=3)
 def test_two_runs_from_scratch_are_byte_identical(tmp_path, mapped, tiny_bert, tiny_st, user_file):
     a = mapped
-    b = make_project(tmp_path / "b", tiny_params(tiny_bert, user_file, st_dir=tiny_st))
+    b = make_project(tmp_path / "b", tiny_params(tiny_bert, user_file, st_dir=tiny_st, tasks=ALL_TASKS))
     run("snakemake --cores 2", b)
     ha, hb = tree_hashes(a, *ARTIFACTS), tree_hashes(b, *ARTIFACTS)
     # Everything but the wall-clock timings (kept in their own files for this reason).
@@ -145,6 +146,8 @@ TASKS = {"supersense": "accuracy", "gloss-retrieval": "ndcg_at_10", "brown-genre
 def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     """Every encoder scored on every task (no probe sentence among the items); the regression
     table, its metrics, predictions and figure; the fitted regressors reproduce the table's model."""
+    # Every offline task the default config scores (the other workflow tests score two of them).
+    assert list(TASKS) == list(ALL_TASKS) == yaml.safe_load((REPO / "params.yaml").read_text())["evaluate"]["tasks"]
     from encmap.artifacts.features import read_feature_matrix
     from encmap.downstream.prediction import predict_scores
 
