@@ -9,7 +9,7 @@ variant on the device, updated as each batch's rows leave it, from which the hos
 prove sound is checked on the host exactly as before, so every verdict and every message is the
 host's own: the device only spares the host the work where the answer is certain.
 
-The proof. Let ``a`` be one row (the longest of the first batch) and ``b`` any row, the lines
+The proof. Let ``a`` be one row (the longest of the first rows seen) and ``b`` any row, the lines
 they span at angle ψ ∈ [0, π/2]. For any line r, sin²∠(a, r) + sin²∠(b, r) ≥ 1 − cos ψ (the
 sum is least with r halfway between them), so the residual of projecting every row onto r is
 
@@ -37,12 +37,15 @@ import torch
 from ..validation import DEGENERATE_RTOL
 
 #: How far above degenerate_reason's threshold the bound must lie for the device's proof to
-#: stand; between, the host decides. Real embeddings lie ~1e6 above it.
+#: stand; below it the host decides, as it always did.
 MARGIN = 100.0
+#: Rows per float64 temporary: a decoder's 66 variants of 4,096 make 2.2 MB a row.
+CHUNK = 64
 
 
 class RunningChecks:
-    """Per variant, the longest row of the first batch ``a``, the sum of squares and max q so far.
+    """Per variant, a reference row ``a`` (the longest of the first rows seen), the sum of squares
+    and the largest q so far.
 
     Parameters
     ----------
@@ -78,26 +81,28 @@ class RunningChecks:
         return torch.cat([x[:, lo:lo + k * w].reshape(b, k, w).sum(-1) for lo, k, w in self.groups], dim=1)
 
     def add(self, rows: torch.Tensor) -> None:
-        """Take one batch's rows, shape (b, D), float32, every variant side by side. Nothing is kept
+        """Take one batch's rows, shape (b, D), float32, every variant side by side, :data:`CHUNK`
+        rows at a time (float64 temporaries of CHUNK x D, whatever the batch). Nothing is kept
         unless the whole update succeeds (an out-of-memory error leaves the state as it was)."""
         if rows.shape[1] != self.width:
             raise ValueError(f"rows of width {rows.shape[1]}, expected {self.width}")
-        x = rows.to(torch.float64)
-        sq = self._per_variant(x * x)  # (b, V)
-        ref, ref_sq = self.ref, self.ref_sq
-        if ref is None:
-            pick = sq.argmax(0)  # per variant, the longest row of the first batch
-            parts, j = [], 0
-            for lo, k, w in self.groups:
-                g = x[:, lo:lo + k * w].reshape(-1, k, w)
-                parts.append(g[pick[j:j + k], torch.arange(k, device=x.device)].reshape(-1))
-                j += k
-            ref = torch.cat(parts)
-            ref_sq = sq.gather(0, pick[None]).reshape(-1)
-        dot = self._per_variant(x * ref).abs()
-        cos = dot / torch.sqrt(sq * ref_sq).clamp_min(torch.finfo(torch.float64).tiny)
-        q = torch.minimum(sq, ref_sq) * (1.0 - cos).clamp_min(0.0)  # a zero row gives 0
-        total, qmax = self.total + sq.sum(0), torch.maximum(self.q, q.amax(0))
+        ref, ref_sq, total, qmax = self.ref, self.ref_sq, self.total, self.q
+        for lo in range(0, rows.shape[0], CHUNK):
+            x = rows[lo:lo + CHUNK].to(torch.float64)
+            sq = self._per_variant(x * x)  # (c, V)
+            if ref is None:
+                pick = sq.argmax(0)  # per variant, the longest of the first rows seen
+                parts, j = [], 0
+                for first, k, w in self.groups:
+                    g = x[:, first:first + k * w].reshape(-1, k, w)
+                    parts.append(g[pick[j:j + k], torch.arange(k, device=x.device)].reshape(-1))
+                    j += k
+                ref = torch.cat(parts)
+                ref_sq = sq.gather(0, pick[None]).reshape(-1)
+            dot = self._per_variant(x * ref).abs()
+            cos = dot / torch.sqrt(sq * ref_sq).clamp_min(torch.finfo(torch.float64).tiny)
+            q = torch.minimum(sq, ref_sq) * (1.0 - cos).clamp_min(0.0)  # a zero row gives 0
+            total, qmax = total + sq.sum(0), torch.maximum(qmax, q.amax(0))
         self.ref, self.ref_sq, self.total, self.q = ref, ref_sq, total, qmax
 
     def proven(self, rtol: float = DEGENERATE_RTOL) -> dict[str, bool]:
