@@ -225,7 +225,7 @@ def light_params() -> dict:
     params["similarity"]["stitch"] |= {"mlp_depths": [], "ridge_alphas": [0.1, 10.0]}
     params["regress"] |= {"pca_dims": [2, 4], "elasticnet_alphas": [0.01, 0.1], "l1_ratios": [0.5],
                           "ridge_alphas": [0.1, 10.0], "folds": 3, "inner_folds": 2}
-    params["evaluate"] |= {"gloss": {"max_queries": 30, "distractors": 30},
+    params["evaluate"] |= {"tasks": list(PLUMBING_TASKS), "gloss": {"max_queries": 30, "distractors": 30},
                            "brown": params["evaluate"]["brown"] | {"max_items": 120},
                            "classification": {"n_experiments": 2, "samples_per_label": 8, "max_iter": 100}}
     return params
