@@ -321,6 +321,7 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
     # result itself, with no per-batch chunks to stack (and no heap they would fragment).
     arrays: dict[str, np.ndarray] = {}
     host = _HostRows(device)
+    on_device = torch.device(device).type in CHECKS_ON_DEVICE
     checks: list[RunningChecks] = []  # one, from the first batch, where the device checks
 
     def put(idx: np.ndarray, pooled: dict) -> None:
@@ -335,7 +336,7 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
                 arrays[key] = np.empty((len(inputs), x.shape[1]), dtype=np.float32)
             arrays[key][idx] = rows[:, lo:hi]
             lo = hi
-        if torch.device(device).type in CHECKS_ON_DEVICE:
+        if on_device:
             if not checks:
                 checks.append(RunningChecks({key: x.shape[1] for key, x in pooled.items()}, side.device))
             checks[0].add(side)  # after the rows are stored: a batch retried out of memory counts once
