@@ -66,6 +66,28 @@ def test_a_stage_is_recorded_only_when_its_outputs_were_made(computed, tmp_path)
     assert json.loads(run("dvc status --json", proj).stdout) == {}
 
 
+def test_encmap_repro_imports_snakemake_only_in_the_process_that_runs_it(computed, tmp_path):
+    """The options are judged by the child that then runs the call (it imports Snakemake anyway):
+    encmap repro's own process imports no Snakemake (old: it imported it to judge the options, ~1.5 s
+    of CPU per call, then its child imported it again). A dry run makes no call and judges them itself."""
+    from support.fresh import fresh_digests
+
+    proj = copy(computed, tmp_path)
+    edit_params(proj, "models.ctl-0003.seed", 99)
+    fresh_digests(f"""
+import os, sys
+from encmap.workflow.repro import repro
+os.chdir({str(proj)!r})
+assert repro({str(proj)!r}, log=lambda *a: None) == 0
+assert not [m for m in sys.modules if m.split(".")[0] == "snakemake"], "encmap repro's own process imported Snakemake"
+print("done")
+""", seeds=("1",))
+    assert json.loads(run("dvc status --json", proj).stdout) == {}
+    edit_params(proj, "models.ctl-0003.seed", 98)
+    r = run("encmap repro -n -- --touch", proj, check=False)
+    assert r.returncode == 2 and "Snakemake option --touch" in r.stderr, r.stderr[-2000:]
+
+
 REFUSED_SPELLINGS = [["-pt"], ["--tou"], ["--executor", "touch"], ["--configfile", "over.yaml"],
                      ["--config", "map={'seed':9}"], ["--cores", "0"], ["-j", "0"], ["--forceall"],
                      ["--until", "embed"], ["--set-threads", "pairwise=1"], ["--allowed-rules", "map"], ["--bogus"],

@@ -24,6 +24,7 @@ output exists, so an output remade byte for byte stops the cascade. ``dvc repro`
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -36,7 +37,7 @@ from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .integrity import UNDER_DVC
-from .snakemake_call import check_args, check_profiles, finished_outputs, made
+from .snakemake_call import finished_outputs, made
 from .stages import StageJob, stage_job
 from ..validation import EncmapError
 
@@ -63,21 +64,90 @@ def snakemake_argv(jobs: list[StageJob], extra: list[str]) -> list[str]:
                                                   *sorted({j.rule for j in jobs}), *extra]
 
 
-def snakemake(root: Path, jobs: list[StageJob], extra: list[str], env: dict | None = None,
-              ledger: Path | None = None) -> int:
-    """One Snakemake call making ``jobs``' targets (their rules only), in a child process; its exit
-    status. With ``ledger``, every job Snakemake declares finished is appended to it
-    (:mod:`.snakemake_call`)."""
-    # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
-    # catalogue's scale): Snakemake's own command line is handed over in a file.
-    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
-    with tempfile.NamedTemporaryFile("w", suffix=".json", dir=root / ".dvc" / "tmp", delete=False) as f:
-        json.dump(snakemake_argv(jobs, extra), f)
-    try:
-        cmd = [sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, *([str(ledger)] if ledger else [])]
-        return subprocess.run(cmd, cwd=root, env=os.environ | (env or {})).returncode
-    finally:
-        os.unlink(f.name)
+class SnakemakeCalls:
+    """``encmap repro``'s Snakemake calls, each in a child process that records the jobs it finished.
+
+    The first child starts at once (:func:`.snakemake_call.serve`): it imports Snakemake and judges
+    the user's options and profiles while this process imports DVC, sends its verdict back
+    (:meth:`verdict`: nothing is read or changed before it), then waits to run the first call.
+    Snakemake is thus imported once per call, by the process that runs it (this process imported
+    it too, to judge the options: ~1.5 s of CPU per call); a later call (a run of several batches)
+    starts a child of its own, which checks the profiles again as it starts. A dry run makes no
+    call and judges the options here. Where nothing turns out stale, the first child was started
+    for nothing (~0.5 s of CPU more than judging here).
+    """
+
+    def __init__(self, root: Path, args: list[str], dry_run: bool = False):
+        self.root, self.args, self.env = root, args, os.environ | {UNDER_DVC: "1"}
+        self.first = self._verdict = None
+        if dry_run:  # no call: the options are judged here (verdict)
+            return
+        r, w = os.pipe()
+        try:
+            self.first = subprocess.Popen(
+                [sys.executable, "-m", "encmap.workflow.snakemake_call", "--serve", str(w), json.dumps(args)],
+                cwd=root, env=self.env, stdin=subprocess.PIPE, pass_fds=(w,))
+        except BaseException:
+            os.close(r)
+            raise
+        finally:
+            os.close(w)
+        self._verdict = os.fdopen(r, encoding="utf-8")
+
+    def verdict(self) -> None:
+        """Wait for the first child's judgement of the options; raise its refusal."""
+        if self._verdict is None:
+            from .snakemake_call import check_args, check_profiles
+
+            check_args(self.args)
+            check_profiles(self.args, self.root)
+            return
+        with self._verdict as f:
+            text = f.read()
+        if not text:  # it ended before judging
+            raise EncmapError(f"encmap repro: Snakemake's process ended before it read the options "
+                              f"(exit {self.first.wait()})")
+        refused = json.loads(text)["refused"]
+        if refused:
+            self.first.wait()
+            raise EncmapError(refused)
+
+    def run(self, argv: list[str], ledger: Path) -> int:
+        """One Snakemake call of command line ``argv``, its finished jobs appended to ``ledger``; its exit status."""
+        # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
+        # catalogue's scale): Snakemake's own command line is handed over in a file.
+        (self.root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", suffix=".json", dir=self.root / ".dvc" / "tmp", delete=False) as f:
+            json.dump(argv, f)
+        try:
+            proc, self.first = self.first, None
+            if proc is not None:
+                try:
+                    proc.stdin.write(json.dumps({"argv_file": f.name, "ledger": str(ledger)}).encode() + b"\n")
+                    proc.stdin.close()
+                except BrokenPipeError:  # it ended: its exit status says so
+                    pass
+            else:
+                proc = subprocess.Popen([sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, str(ledger)],
+                                        cwd=self.root, env=self.env)
+            with proc:  # as subprocess.run waits (a Ctrl-C reaches Snakemake too, which stops its jobs)
+                try:
+                    return proc.wait()
+                except BaseException:
+                    proc.kill()
+                    raise
+        finally:
+            os.unlink(f.name)
+
+    def close(self) -> None:
+        """End the first child if no call used it (a dry run, nothing stale, an error)."""
+        if self._verdict is not None and not self._verdict.closed:
+            self._verdict.close()
+        if self.first is not None:
+            with contextlib.suppress(BrokenPipeError):
+                self.first.stdin.close()
+            self.first.wait()
+            self.first = None
 
 
 def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int:
@@ -225,7 +295,7 @@ def _bookkeep(root: Path, stage: str, params: dict, dry_run: bool = False) -> se
 
 
 def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
-         snakemake_args: list[str], log) -> tuple[list, set[str], int]:
+         snakemake_args: list[str], calls: SnakemakeCalls, log) -> tuple[list, set[str], int]:
     """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
     A stage has completed when Snakemake declared finished, in this call, a job for every one of
@@ -241,8 +311,7 @@ def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str]
     fd, ledger = tempfile.mkstemp(suffix=".finished.jsonl", dir=root / ".dvc" / "tmp")
     os.close(fd)
     try:
-        rc = snakemake(root, jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args], {UNDER_DVC: "1"},
-                       ledger=Path(ledger))
+        rc = calls.run(snakemake_argv(jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args]), Path(ledger))
         finished, now = finished_outputs(ledger), {}
     finally:
         os.unlink(ledger)
@@ -309,29 +378,36 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     int
         0 when every stage completed, 1 otherwise (the completed ones are recorded in dvc.lock).
     """
-    from dvc.exceptions import DvcException
-    from dvc.repo import Repo, lock_repo
-
-    from ..params import load_params
-
     args = list(snakemake_args or [])
     root = Path(root).resolve()
-    check_args(args)  # an allow-list, read by Snakemake's own parser: nothing that changes what runs
-    check_profiles(args, root)
+    if not root.is_dir():
+        raise EncmapError(f"encmap repro: {root}: no such directory")
+    # An allow-list, read by Snakemake's own parser in the child that will run the first call: nothing
+    # that changes what runs passes (SnakemakeCalls.verdict), and nothing is read or written before.
+    calls = SnakemakeCalls(root, args, dry_run)
     try:
-        repo = Repo(str(root))
-    except DvcException as e:
-        raise EncmapError(f"encmap repro: {root}: {e}") from None
-    try:
-        # One lock for the whole run: DVC's index is built once and no other dvc command interleaves.
-        # DVC's git context: dvc.lock and the .gitignore files it writes are staged under
-        # core.autostage, or their `git add` is printed, as dvc repro does.
-        with lock_repo(repo), repo.scm_context():
-            return _repro(repo, root, targets, args, dry_run, log, load_params)
-    except DvcException as e:  # another dvc holds the lock, an unknown stage, an output a stage did not make
-        raise EncmapError(f"encmap repro: {type(e).__name__}: {dvc_message(e)}") from None
+        from dvc.exceptions import DvcException
+        from dvc.repo import Repo, lock_repo
+
+        from ..params import load_params
+
+        calls.verdict()
+        try:
+            repo = Repo(str(root))
+        except DvcException as e:
+            raise EncmapError(f"encmap repro: {root}: {e}") from None
+        try:
+            # One lock for the whole run: DVC's index is built once and no other dvc command interleaves.
+            # DVC's git context: dvc.lock and the .gitignore files it writes are staged under
+            # core.autostage, or their `git add` is printed, as dvc repro does.
+            with lock_repo(repo), repo.scm_context():
+                return _repro(repo, root, targets, args, dry_run, log, load_params, calls)
+        except DvcException as e:  # another dvc holds the lock, an unknown stage, an output a stage did not make
+            raise EncmapError(f"encmap repro: {type(e).__name__}: {dvc_message(e)}") from None
+        finally:
+            repo.close()
     finally:
-        repo.close()
+        calls.close()
 
 
 def dvc_message(error: Exception) -> str:
@@ -346,7 +422,8 @@ def dvc_message(error: Exception) -> str:
     return "\n".join(lines)
 
 
-def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_params) -> int:
+def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_params,
+           calls: SnakemakeCalls) -> int:
     import networkx as nx
 
     t0 = time.perf_counter()
@@ -391,7 +468,7 @@ def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_
             batch = {s for s in pending if s in must and nx.descendants(pl.graph, s) & pending <= must}
             if not batch:
                 continue
-            got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, log)
+            got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, calls, log)
             done += got
             names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
             log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}{', ...' if len(got) > 12 else ''}); "

@@ -204,18 +204,20 @@ def _record_finished(ledger: str) -> None:
     DAG.finish = recording_finish
 
 
-def run_snakemake(argv: list[str], ledger: str | None = None) -> int:
+def run_snakemake(argv: list[str], ledger: str | None = None, checked: bool = False) -> int:
     """Snakemake's command line ``argv`` in this process (the working directory is the project's):
     its profiles checked as Snakemake reads them (:func:`check_profiles`: ``encmap stage`` under
-    ``dvc repro`` checks nothing before), and with ``ledger`` every finished job's outputs appended
-    to it. Returns Snakemake's exit status (2: a profile refused)."""
+    ``dvc repro`` checks nothing before; ``checked``: already done in this process, by
+    :func:`serve`), and with ``ledger`` every finished job's outputs appended to it. Returns
+    Snakemake's exit status (2: a profile refused)."""
     from snakemake.cli import main
 
-    try:
-        check_profiles(argv, Path.cwd())
-    except EncmapError as e:
-        print(f"encmap: {e}", file=sys.stderr)
-        return 2
+    if not checked:
+        try:
+            check_profiles(argv, Path.cwd())
+        except EncmapError as e:
+            print(f"encmap: {e}", file=sys.stderr)
+            return 2
     if ledger:
         _record_finished(ledger)
     try:
@@ -225,13 +227,43 @@ def run_snakemake(argv: list[str], ledger: str | None = None) -> int:
     return 0
 
 
-def run_recording(argv_file: str, ledger: str | None) -> None:
+def run_recording(argv_file: str, ledger: str | None, checked: bool = False) -> int:
     """The child process of ``encmap repro``: :func:`run_snakemake` with the command line in
     ``argv_file`` (a JSON list: at the catalogue's scale the targets outgrow the kernel's argument
     limit)."""
     with open(argv_file, encoding="utf-8") as f:
         argv = json.load(f)
-    sys.exit(run_snakemake(argv, ledger))
+    return run_snakemake(argv, ledger, checked)
+
+
+def serve(verdict_fd: int, args: list[str]) -> int:
+    """``encmap repro``'s first child, started before the parent reads DVC's status: it imports
+    Snakemake and judges the user's options and profiles (:func:`check_args`, :func:`check_profiles`),
+    writes the verdict to ``verdict_fd`` (a JSON object, ``refused``: the refusal or ``""``), then
+    waits on stdin for one call (a JSON line ``{"argv_file": ..., "ledger": ...}``) and runs it.
+    End of input (nothing to run, or the parent gone) ends it. Snakemake is so imported once per
+    call, in the process that runs it (the parent used to import it too, to check: ~1.5 s of CPU)."""
+    try:
+        check_args(args)
+        check_profiles(args, Path.cwd())
+        refused = ""
+    except EncmapError as e:
+        refused = str(e)
+    try:
+        with os.fdopen(verdict_fd, "w", encoding="utf-8") as f:
+            f.write(json.dumps({"refused": refused}))
+    except BrokenPipeError:  # the parent stopped before reading it
+        return 1
+    if refused:
+        return 2
+    try:
+        line = sys.stdin.readline()
+    except KeyboardInterrupt:  # the user's Ctrl-C reached the parent too: it reports it
+        return 130
+    if not line.strip():
+        return 0
+    call = json.loads(line)
+    return run_recording(call["argv_file"], call["ledger"], checked=True)
 
 
 def finished_outputs(ledger: str | Path) -> dict[str, str | None]:
@@ -262,5 +294,7 @@ def made(root: Path, targets: list[str], finished: dict[str, str | None], curren
     return True
 
 
-if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call ARGV_FILE [LEDGER]
-    run_recording(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None)
+if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call (ARGV_FILE [LEDGER] | --serve FD ARGS_JSON)
+    if sys.argv[1] == "--serve":
+        sys.exit(serve(int(sys.argv[2]), json.loads(sys.argv[3])))
+    sys.exit(run_recording(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
