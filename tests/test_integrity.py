@@ -187,3 +187,30 @@ def test_an_edited_pair_result_is_recomputed(built, tmp_path):
             f["qre"][0, 1] += 1.0
         run("snakemake --cores 2 --forcerun pairwise", proj)
         assert hashes(proj) == before, ledger
+
+
+def test_a_job_of_linear_stitches_imports_no_torch_and_makes_the_same_rows(built, tmp_path):
+    """Only MLP stitches run on a device (torch); a stitch job with none resolves no device, so it
+    imports no torch (~1.3 s of CPU per job). Run in a fresh interpreter on the built project's
+    inputs, it makes the rows its Snakemake job made, byte for byte."""
+    import json
+
+    import yaml
+    from support.fresh import fresh_digests
+
+    sim = yaml.safe_load((built / "params.yaml").read_text())["similarity"]
+    assert sim["stitch"]["mlp_depths"] == []
+    out = {k: str(tmp_path / f"stitch.{k}") for k in ("stitches", "csv", "timing")}
+    embeddings = sorted(str(p) for p in (built / "results/embeddings").iterdir())
+    fresh_digests(f"""
+import sys
+from encmap.pipeline.stitch import stitch_step
+stitch_step({str(built / "results/features/qre.h5")!r}, {embeddings!r}, {out!r}, subset={sim["subset"]!r},
+            stitch={sim["stitch"]!r}, threads=1, code="another")
+assert "torch" not in sys.modules, "a job of linear stitches imported torch"
+print("done")
+""", seeds=("1",))
+    made = built / "results/similarity"
+    assert Path(out["csv"]).read_bytes() == (made / "stitches.csv").read_bytes()
+    assert json.loads(Path(out["stitches"]).read_text())["rows"] == json.loads((made / "stitches.json").read_text())["rows"]
+    assert json.loads(Path(out["timing"]).read_text())["device"] == "cpu"

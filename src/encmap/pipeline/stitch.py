@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -44,8 +45,10 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subs
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
-    # MLP stitches train on a GPU of their own on a CUDA machine; linear ones run on the CPU.
-    with job_device(stitch["device"], gpu=bool(stitch["mlp_depths"]), what="stitch") as dev:
+    # MLP stitches train on a GPU of their own on a CUDA machine; linear ones are NumPy on the CPU,
+    # so a job of linear stitches only resolves no device (which would import torch: ~1.3 s of CPU).
+    on = job_device(stitch["device"], gpu=True, what="stitch") if stitch["mlp_depths"] else nullcontext("cpu")
+    with on as dev:
         table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads, code, dev)
     seconds = time.perf_counter() - t0
     atomic_write_json(out["stitches"], {k: info[k] for k in ("key", "params", "sentences", "split")}
