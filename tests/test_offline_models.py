@@ -83,8 +83,22 @@ def test_model2vec_distillation_equals_model2vecs_own_and_is_made_once(tmp_path,
     from threadpoolctl import threadpool_limits
 
     teacher, _ = resolve_source(spec["source"], "t")
+    # model2vec's own teacher pass, made by its own code once for both of its reference
+    # distillations below (64 and 128 dims: the pass comes before the PCA); never encmap's.
+    from model2vec.distill import distillation
+
+    own_pass, passes = distillation.create_embeddings, []
+
+    def once(model, tokenized, *args, **kwargs):
+        if not passes:
+            passes.append((tokenized, own_pass(model, tokenized, *args, **kwargs)))
+        assert tokenized == passes[0][0], "model2vec asked for another pass"
+        return passes[0][1]
+
+    monkeypatch.setattr(distillation, "create_embeddings", once)
     with threadpool_limits(limits=1, user_api="blas"):  # as the backend distils (the PCA's bits depend on it)
         theirs = distill(teacher, pca_dims=64, device="cpu").encode(TEXTS)
+    monkeypatch.setattr(distillation, "create_embeddings", own_pass)
     np.testing.assert_array_equal(res.arrays["m2v-minilm-64__out"], theirs)
     made = list((tmp_path / "cache" / "model2vec-distill").iterdir())
     assert len(made) == 1 and (made[0] / ".encmap-made.json").is_file()
@@ -120,8 +134,10 @@ def test_model2vec_distillation_equals_model2vecs_own_and_is_made_once(tmp_path,
     ours128 = embed_model("m2v-minilm-128", spec128, TEXTS).arrays["m2v-minilm-128__out"]
     assert list((tmp_path / "cache" / "model2vec-teacher").iterdir()) == teacher_pass
     assert {f: f.stat().st_mtime_ns for f in teacher_pass[0].rglob("*")} == kept
+    monkeypatch.setattr(distillation, "create_embeddings", once)
     with threadpool_limits(limits=1, user_api="blas"):
         np.testing.assert_array_equal(ours128, distill(teacher, pca_dims=128, device="cpu").encode(TEXTS))
+    assert len(passes) == 1
 
 
 def test_a_made_model_is_made_by_one_job_while_another_waits_for_it(tmp_path, monkeypatch):
