@@ -231,6 +231,9 @@ def test_a_model_that_cannot_load_stops_the_run_or_is_skipped(tmp_path, tiny_ber
     import numpy as np
 
     params = tiny_params(tiny_bert, user_file)
+    # The good models: a transformer (what the broken ones are copies of), a classical one, a control.
+    params["models"] = {k: params["models"][k] for k in ("tiny-rand", "gauss", "lsa")}
+    params["map"] |= SMALL_MAP  # 4 good encoders
     for name in ("truncated", "no-weights"):
         broken = shutil.copytree(tiny_bert, tmp_path / name)
         weights = broken / "model.safetensors"
@@ -254,7 +257,7 @@ def test_a_model_that_cannot_load_stops_the_run_or_is_skipped(tmp_path, tiny_ber
     assert all(f["error"] for f in report)
     with h5py.File(proj / "results/features/qre.h5", "r") as f:
         ids = [x.decode() for x in f["encoder_ids"][()]]
-    assert len(ids) == 11 and not [e for e in ids if e.startswith(("truncated", "no-weights"))]
+    assert ids == ["gauss__out", "lsa__d16", "lsa__d8", "tiny-rand__l02-max"], ids
     coords = (proj / "results/map/coords.csv").read_text()
     assert "truncated" not in coords and "tiny-rand__l02-max" in coords
     assert json.loads((proj / "results/map/metrics.json").read_text())["failed_encoders"] == 2
