@@ -26,7 +26,6 @@ import time
 from contextlib import closing
 from pathlib import Path
 
-from ..validation import EncmapError
 
 MADE = ".snakemake/encmap/made.sqlite"
 
@@ -168,60 +167,49 @@ def record(root: str | Path = ".", log=print) -> int:
     Returns 0 (the stages it could not show made are listed, and stay stale for ``encmap repro``).
     """
     import networkx as nx
-    from dvc.exceptions import DvcException
-    from dvc.repo import Repo, lock_repo
 
     from ..params import load_params
     from .deps import BOOKKEEPING
     from .layout import stale_files
-    from .repro import _bookkeep, _per_model_targets, _save, _write_locks, dvc_message, plan
+    from .repro import _bookkeep, _per_model_targets, _save, _write_locks, dvc_session, plan
     from .stages import stage_job
 
     t0 = time.perf_counter()
     root = Path(root).resolve()
     params = load_params(root / "params.yaml")
-    try:
-        repo = Repo(str(root))
-    except DvcException as e:
-        raise EncmapError(f"encmap record: {root}: {e}") from None
-    try:
-        with lock_repo(repo), repo.scm_context():
-            for name in BOOKKEEPING:
-                _bookkeep(root, name, params)
-            pl = plan(repo)
-            saved = pl.ordered(pl.bookkeeping)
-            _save(saved)
-            made = {}
-            if (root / MADE).exists():
-                with closing(_connect(root)) as con:
-                    for path, digest, stage, code, prm, inputs in con.execute("SELECT * FROM made"):
-                        made[path] = {"digest": digest, "stage": stage, "code": code, "params": prm, "inputs": inputs}
-            basis, digests = Basis(root, params), {}
-            per_model = _per_model_targets(params["models"])
-            recorded, left = [], {}
-            for s in pl.ordered(pl.stale):
-                above = [u for u in nx.descendants(pl.graph, s) & pl.stale if u not in recorded]
-                if above:
-                    left[s.addressing] = f"a stage above it is not recorded ({above[0].addressing})"
-                    continue
-                job = stage_job(s.addressing, params, per_model)
-                model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
-                why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, digests)
-                if why is None and job.prune is not None:
-                    extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
-                                        paths=per_model.get(job.prune))
-                    if extra:
-                        why = f"{extra[0].relative_to(root)}: no encoder of params makes it (encmap repro removes it)"
-                if why is None:
-                    recorded.append(s)
-                else:
-                    left[s.addressing] = why
-            _save(recorded)
-            _write_locks(repo, saved + recorded, log)
-    except DvcException as e:
-        raise EncmapError(f"encmap record: {type(e).__name__}: {dvc_message(e)}") from None
-    finally:
-        repo.close()
+    with dvc_session(root, "encmap record") as repo:
+        for name in BOOKKEEPING:
+            _bookkeep(root, name, params)
+        pl = plan(repo)
+        saved = pl.ordered(pl.bookkeeping)
+        _save(saved)
+        made = {}
+        if (root / MADE).exists():
+            with closing(_connect(root)) as con:
+                for path, digest, stage, code, prm, inputs in con.execute("SELECT * FROM made"):
+                    made[path] = {"digest": digest, "stage": stage, "code": code, "params": prm, "inputs": inputs}
+        basis, digests = Basis(root, params), {}
+        per_model = _per_model_targets(params["models"])
+        recorded, left = [], {}
+        for s in pl.ordered(pl.stale):
+            above = [u for u in nx.descendants(pl.graph, s) & pl.stale if u not in recorded]
+            if above:
+                left[s.addressing] = f"a stage above it is not recorded ({above[0].addressing})"
+                continue
+            job = stage_job(s.addressing, params, per_model)
+            model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
+            why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, digests)
+            if why is None and job.prune is not None:
+                extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
+                                    paths=per_model.get(job.prune))
+                if extra:
+                    why = f"{extra[0].relative_to(root)}: no encoder of params makes it (encmap repro removes it)"
+            if why is None:
+                recorded.append(s)
+            else:
+                left[s.addressing] = why
+        _save(recorded)
+        _write_locks(repo, saved + recorded, log)
     log(f"encmap record: {len(recorded)} of {len(pl.stale)} stale stages recorded in dvc.lock as made "
         f"({time.perf_counter() - t0:.1f} s)")
     for name, why in left.items():

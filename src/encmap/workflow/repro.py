@@ -386,28 +386,37 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
     # that changes what runs passes (SnakemakeCalls.verdict), and nothing is read or written before.
     calls = SnakemakeCalls(root, args, dry_run)
     try:
-        from dvc.exceptions import DvcException
-        from dvc.repo import Repo, lock_repo
-
         from ..params import load_params
 
-        calls.verdict()
-        try:
-            repo = Repo(str(root))
-        except DvcException as e:
-            raise EncmapError(f"encmap repro: {root}: {e}") from None
-        try:
-            # One lock for the whole run: DVC's index is built once and no other dvc command interleaves.
-            # DVC's git context: dvc.lock and the .gitignore files it writes are staged under
-            # core.autostage, or their `git add` is printed, as dvc repro does.
-            with lock_repo(repo), repo.scm_context():
-                return _repro(repo, root, targets, args, dry_run, log, load_params, calls)
-        except DvcException as e:  # another dvc holds the lock, an unknown stage, an output a stage did not make
-            raise EncmapError(f"encmap repro: {type(e).__name__}: {dvc_message(e)}") from None
-        finally:
-            repo.close()
+        with dvc_session(root, "encmap repro", before=calls.verdict) as repo:
+            return _repro(repo, root, targets, args, dry_run, log, load_params, calls)
     finally:
         calls.close()
+
+
+@contextlib.contextmanager
+def dvc_session(root: Path, command: str, before=None):
+    """DVC's repository at ``root``, locked for the whole command (DVC's index built once, no other
+    dvc command interleaving), in DVC's git context (dvc.lock and the .gitignore files it writes are
+    staged under core.autostage, or their `git add` is printed, as dvc repro does). DVC's errors
+    become messages naming ``command``: another dvc holds the lock, an unknown stage, an output a
+    stage did not make. ``before``: called once DVC is imported, before the repository is opened."""
+    from dvc.exceptions import DvcException
+    from dvc.repo import Repo, lock_repo
+
+    if before is not None:
+        before()
+    try:
+        repo = Repo(str(root))
+    except DvcException as e:
+        raise EncmapError(f"{command}: {root}: {e}") from None
+    try:
+        with lock_repo(repo), repo.scm_context():
+            yield repo
+    except DvcException as e:
+        raise EncmapError(f"{command}: {type(e).__name__}: {dvc_message(e)}") from None
+    finally:
+        repo.close()
 
 
 def dvc_message(error: Exception) -> str:
