@@ -445,6 +445,17 @@ def test_transformer_variants_match_a_direct_forward_pass(tiny_bert):
         assert np.allclose(res.arrays["t__l02-mean"][i], hs[2][0].mean(0).numpy(), atol=1e-5)
         assert np.allclose(res.arrays["t__l01-max"][i], hs[1][0].max(0).values.numpy(), atol=1e-5)
         assert np.allclose(res.arrays["t__l01-cls"][i], hs[1][0, 0].numpy(), atol=1e-5)
+    # A plain transformers model's job does not import sentence-transformers (~3 s of CPU per
+    # process): the same bytes from a fresh interpreter that never loads it.
+    code = f"""
+import sys
+from support.fresh import array_digest
+from encmap.encoders.embed import embed_model
+r = embed_model("t", {spec!r}, {texts!r})
+assert "sentence_transformers" not in sys.modules, "a transformers model imported sentence-transformers"
+print(array_digest(*(r.arrays[v.id] for v in r.variants)))
+"""
+    assert fresh_digests(code, seeds=("1",)) == [array_digest(*(res.arrays[v.id] for v in res.variants))]
 
 
 def test_onnx_backend_matches_unbatched_session():

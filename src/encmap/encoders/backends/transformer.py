@@ -44,17 +44,22 @@ CHECKS_ON_DEVICE = ("cuda",)
 _IMPORT_LOCK = threading.Lock()
 
 
-def _import_libraries() -> None:
-    """Resolve transformers' lazily imported names once, under a lock. Jobs that run side by side in
-    Snakemake's threads (one per GPU) would otherwise race in transformers' lazy module: seen as
-    "ImportError: cannot import name 'AutoConfig' from 'transformers'" in one of two jobs."""
+def _import_libraries(sentence_transformers: bool = False) -> None:
+    """Resolve transformers' lazily imported names once, under a lock, and sentence-transformers'
+    too when the model needs it. Jobs that run side by side in Snakemake's threads (one per GPU)
+    would otherwise race in transformers' lazy module: seen as "ImportError: cannot import name
+    'AutoConfig' from 'transformers'" in one of two jobs. A plain transformers model does not
+    import sentence-transformers: ~3 s of CPU more than transformers' own import, in each such
+    job's process (its util imports scikit-learn's metrics, its backends torch's compiler)."""
     with _IMPORT_LOCK:
-        import sentence_transformers
         import transformers
 
         for name in ("AutoConfig", "AutoModel", "AutoTokenizer", "MODEL_MAPPING", "PreTrainedModel"):
             getattr(transformers, name)
-        sentence_transformers.SentenceTransformer  # noqa: B018 (its lazy imports too)
+        if sentence_transformers:
+            import sentence_transformers as st
+
+            st.SentenceTransformer  # noqa: B018 (its lazy imports too)
 
 
 def torch_dtype(name: str):
@@ -257,7 +262,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     budget) is halved and the batch retried."""
     import torch
 
-    _import_libraries()
+    _import_libraries(sentence_transformers=spec["backend"] == "sentence-transformers")
     if threads:
         torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     ref, prov = resolve_source(spec["source"], model, hash_weights=False)
