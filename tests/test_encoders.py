@@ -427,7 +427,8 @@ print(array_digest(lsa.arrays["lsa__d8"], g.arrays["g__out"]))
 
 
 def test_transformer_variants_match_a_direct_forward_pass(tiny_bert, tmp_path):
-    """Length-sorted batching must give the same vectors as one unpadded pass per sentence."""
+    """Length-sorted batching must give the same vectors as one unpadded pass per sentence; a
+    fresh interpreter gives them without importing sentence-transformers."""
     from transformers import AutoModel, AutoTokenizer
 
     texts = ["The city.", "A king wrote a book about music and art in the year of the war.", "Water is life."]

@@ -46,7 +46,7 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subs
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)
     t0 = time.perf_counter()
     # MLP stitches train on a GPU of their own on a CUDA machine; linear ones are NumPy on the CPU,
-    # so a job of linear stitches only resolves no device (which would import torch: ~1.3 s of CPU).
+    # so a job with only linear stitches resolves no device (which would import torch: ~1.3 s of CPU).
     on = job_device(stitch["device"], gpu=True, what="stitch") if stitch["mlp_depths"] else nullcontext("cpu")
     with on as dev:
         table, info = _stitch_pairs(X, ids, fps, pairs, fm["records"], stitch, out["stitches"], threads, code, dev)

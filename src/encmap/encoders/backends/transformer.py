@@ -48,9 +48,10 @@ def _import_libraries(sentence_transformers: bool = False) -> None:
     """Resolve transformers' lazily imported names once, under a lock, and sentence-transformers'
     too when the model needs it. Jobs that run side by side in Snakemake's threads (one per GPU)
     would otherwise race in transformers' lazy module: seen as "ImportError: cannot import name
-    'AutoConfig' from 'transformers'" in one of two jobs. A plain transformers model does not
-    import sentence-transformers: ~3 s of CPU more than transformers' own import, in each such
-    job's process (its util imports scikit-learn's metrics, its backends torch's compiler)."""
+    'AutoConfig' from 'transformers'" in one of two jobs. Only the model that loads through
+    sentence-transformers imports it (:func:`_load_sentence_transformer`): a process that embeds
+    plain transformers models alone spends ~1.3 s of CPU less (its import pulls in scikit-learn's
+    metrics and its own modules; measured in docs/results.md)."""
     with _IMPORT_LOCK:
         import transformers
 
@@ -149,6 +150,8 @@ class _HostRows:
 
 def _load_sentence_transformer(spec: dict, ref: str, device: str):
     import torch
+
+    _import_libraries(sentence_transformers=True)
     from sentence_transformers import SentenceTransformer
 
     dtype = torch_dtype(spec["dtype"])
@@ -262,7 +265,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     budget) is halved and the batch retried."""
     import torch
 
-    _import_libraries(sentence_transformers=spec["backend"] == "sentence-transformers")
+    _import_libraries()
     if threads:
         torch.set_num_threads(threads)  # the job's share of cores, not every core on the node
     ref, prov = resolve_source(spec["source"], model, hash_weights=False)
