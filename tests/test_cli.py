@@ -107,6 +107,8 @@ def test_help_lists_the_everyday_commands_apart_from_the_plumbing_and_the_old_na
         assert f"\n    {everyday} " in commands, everyday
     for cmd in ("stage", "params-slices"):  # what only dvc.yaml calls
         assert f"\n    {cmd} " not in commands and f"encmap {cmd}" in plumbing, cmd
+    for c in cli.COMMANDS:  # every command of the table is listed, or named among the plumbing
+        assert f"\n    {c.name} " in commands or f"encmap {c.name}" in plumbing, c.name
     assert "zoo" not in out
     assert cli.main(["zoo", "--name", "(["]) == 2  # the old name runs the catalogue command, and says so
     err = capsys.readouterr().err

@@ -8,185 +8,45 @@ import argparse
 import os
 import sys
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from .validation import EncmapError
 
 
-def main(argv: list[str] | None = None) -> int:
-    from .encoders.variants import expand_encoders
-    from .workflow.layout import LAYOUT, artifact_paths
-    from .params import load_params
+class Command(NamedTuple):
+    """One ``encmap`` command: the table :data:`COMMANDS` holds one per command, in the order
+    ``encmap --help`` lists them."""
 
+    name: str
+    #: parsed arguments -> exit status; its imports are its own (a command loads only what it runs)
+    run: Callable[[argparse.Namespace], int]
+    #: adds the command's arguments to its subparser (None: it takes none)
+    build: Callable[[argparse.ArgumentParser], None] | None = None
+    #: its line in ``encmap --help`` (None: plumbing, named in the epilog instead)
+    help: str | None = None
+    #: the head of ``encmap COMMAND --help`` (default: none)
+    description: str | None = None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run ``encmap ARGV``: the parser is built from :data:`COMMANDS`, the command's runner gives the
+    exit status; an :class:`EncmapError` or ``OSError`` is one line on stderr and exit 2."""
     ap = argparse.ArgumentParser(prog="encmap", description=__doc__, epilog=_PLUMBING,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--params", default="params.yaml", help="params file (default: %(default)s)")
     sub = ap.add_subparsers(dest="cmd", required=True, metavar="COMMAND", title="commands")
-    sub.add_parser("check", help="validate the params file against the schema")
-    sub.add_parser("params-doc", help="every params.yaml key with its type and description (docs/parameters.md)")
-    sub.add_parser("encoders", help="list every encoder: id, model, layer, pooling, dim (TSV)")
-    t = sub.add_parser("targets", help="per-encoder Snakemake targets of one stage")
-    t.add_argument("stage", choices=sorted(LAYOUT))
-    t.add_argument("models", nargs="*", help="model ids (default: all)")
-    # plumbing (dvc.yaml's commands): no help=, so listed in the epilog, not among the everyday commands
-    st = sub.add_parser("stage",
-                        description="run one DVC stage's Snakemake job (the command of every stage in dvc.yaml)")
-    st.add_argument("name", nargs="?", help="stage, e.g. map or embed@<model> (default: $DVC_STAGE, set by DVC)")
-    d = sub.add_parser("deps", help="the code each DVC stage runs (its code digest); --check, --write dvc.yaml")
-    d.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
-    d.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
-    mode = d.add_mutually_exclusive_group()
-    mode.add_argument("--check", action="store_true", help="exit 1 naming each way dvc.yaml's code deps are wrong")
-    mode.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml (data deps kept)")
-    mode.add_argument("--digest", action="store_true",
-                      help="write every stage's code digest under results/code (the DVC stage 'code' runs it)")
-    rp = sub.add_parser("repro", help="run every stage DVC finds stale in one Snakemake call; record them in dvc.lock",
-                        description="encmap repro [STAGE ...] [-n] [-- SNAKEMAKE ARGS]: what `dvc repro` does, "
-                                    "with one Snakemake process instead of one per stage")
-    rp.add_argument("targets", nargs="*", help="stages to bring up to date with their upstream (default: all)")
-    rp.add_argument("-n", "--dry-run", action="store_true", help="list the stale stages, run nothing")
-    sub.add_parser("record", help="record in dvc.lock what a plain `snakemake` run made (no job runs)",
-                   description="encmap record: after `snakemake --cores all`, record in dvc.lock, as `dvc commit` "
-                               "would, every stale stage whose outputs a Snakemake job made from the current code, "
-                               "params and inputs (proven from what each job recorded when it finished, never from "
-                               "file times); every other stale stage is named and stays stale")
-    sub.add_parser("params-slices",
-                   description="write each stage's params slice under results/params (the DVC stage 'params' runs it)")
-    s = sub.add_parser("show", help="print an artifact's attributes (JSON)")
-    s.add_argument("path")
-    p = sub.add_parser("place", help="place a new encoder on the run's map (no refit) and list its neighbours")
-    p.add_argument("source", help="hub id (org/name or hub:ID), path:DIR or package:NAME")
-    p.add_argument("--id", help="model id (default: from the source's last component)")
-    p.add_argument("--spec", help="YAML file with a full params.yaml model entry (source and meta taken from it)")
-    p.add_argument("--backend", default="sentence-transformers", choices=["sentence-transformers", "transformers"])
-    p.add_argument("--layers", default="", help="hidden states to pool as well, e.g. 0,3,6 (default: output only)")
-    p.add_argument("--pooling", default="mean", help="poolings of those layers, e.g. mean,cls,max")
-    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
-                   help="metadata (family, architecture, parameters, languages, objective, kind); repeatable")
-    p.add_argument("--trust-remote-code", action="store_true",
-                   help="allow the checkpoint's own Python code to run (off unless given)")
-    p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
-    p.add_argument("--out", help="output directory (default: results/place/<id>)")
-    p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
-    r = sub.add_parser("regress", help="predict scores from features: grouped vs random CV, baselines (CSV table)")
-    r.add_argument("--features", required=True, help="feature matrix (HDF5, e.g. results/features/qre.h5)")
-    r.add_argument("--scores", required=True, help="score table CSV with columns encoder,task,score")
-    r.add_argument("--groups", help="CSV encoder,group (default: each encoder's model)")
-    r.add_argument("--out", help="also write the table to this CSV file")
-    r.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
-                   help="worker processes for the fits (default: the cores this process may use; "
-                        "the table does not depend on it)")
-    z = sub.add_parser("catalogue", help="models: entries for hub encoders from MTEB's model registry (offline)")
-    z.add_argument("--min-params", type=_count, help="at least this many parameters (e.g. 1e8)")
-    z.add_argument("--max-params", type=_count, help="at most this many parameters")
-    z.add_argument("--language", action="append", default=[], metavar="ISO639-3",
-                   help="models covering this language (e.g. eng); repeatable: any of them")
-    z.add_argument("--english-only", action="store_true", help="models whose languages are English alone")
-    z.add_argument("--org", action="append", default=[], help="organisation (the hub id's owner); repeatable")
-    z.add_argument("--name", help="regular expression the hub name must match")
-    z.add_argument("--framework", help="a framework the registry lists, e.g. 'Sentence Transformers'")
-    z.add_argument("--limit", type=_positive_int, help="the first N entries by id")
-    z.add_argument("--trust-remote-code", action="store_true",
-                   help="include models whose loader runs the checkpoint's own code (left out otherwise)")
-    z.add_argument("--prompt", choices=["none", "document"], default="none",
-                   help="probe sentences bare (default) or with the model's documented passage prompt")
-    z.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
-                   help="auto: float32 below 1 B parameters, bfloat16 from 1 B (default)")
-    z.add_argument("--results", help="a local copy of MTEB's results repository: the registry's widths and parameter "
-                                     "counts are checked against its model_meta.json files (default: "
-                                     "regress.mteb.results when that is a local path)")
-    zo = z.add_mutually_exclusive_group()
-    zo.add_argument("--out", help="write a YAML file holding just models: (snakemake --configfile adds them)")
-    zo.add_argument("--append", action="store_true", help="add the entries to the params file (--params)")
-    z.add_argument("--replace", action="store_true", help="with --append: replace the params file's models")
-    mt = sub.add_parser("mteb-scores", help="score table (encoder,task,score) from MTEB's published results "
-                                             "(the regress stage's reader)")
-    mt.add_argument("results", help="MTEB's results repository (a local copy: results/<org__model>/<revision>/"
-                                    "<Task>.json beneath it), or 'remote' (online, through mteb's cache)")
-    mt.add_argument("--models", required=True,
-                    help="CSV encoder,mteb_model[,revision]: which map encoder each MTEB model is; an empty revision "
-                         "is the registry's pinned one")
-    mt.add_argument("--benchmark", default="MTEB(eng, v1)", help="benchmark whose tasks and subsets (default: "
-                                                                 "%(default)s)")
-    mt.add_argument("--tasks", nargs="+", default=[], metavar="TASK", help="these tasks instead (every subset)")
-    mt.add_argument("--split", default=None,
-                    help="read this split for every task (default: each task's own evaluation splits, e.g. dev "
-                         "for MSMARCO)")
-    mt.add_argument("--out", help="write the table here (default: print it)")
-    mt.add_argument("--sources", help="write the sources report here (JSON: per model its revision folders, "
-                                      "tasks scored, tasks missing and why)")
+    for c in COMMANDS:  # help= only when given: argparse lists every parser given one, None included
+        parser = sub.add_parser(c.name, description=c.description, **({"help": c.help} if c.help else {}))
+        if c.build:
+            c.build(parser)
     argv = _renamed(list(sys.argv[1:] if argv is None else argv))
-    passed = argv[argv.index("--") + 1:] if "--" in argv else []  # `encmap repro ... -- <snakemake args>`
-    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    head, passed = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = ap.parse_args(head, argparse.Namespace(snakemake_args=passed))  # `encmap repro ... -- <snakemake args>`
     try:
-        if args.cmd == "repro":
-            from .workflow.repro import repro
-
-            return repro(Path(args.params).resolve().parent, args.targets, passed, args.dry_run)
-        if args.cmd == "record":
-            from .workflow.made import record
-
-            return record(Path(args.params).resolve().parent)
-        if args.cmd == "catalogue":
-            return _catalogue(args)
-        if args.cmd == "mteb-scores":
-            return _mteb_scores(args)
-        if args.cmd == "place":
-            return _place(args)
-        if args.cmd == "regress":
-            from .io import atomic_write_text
-            from .downstream.prediction import regress_tables
-
-            text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"],
-                                  args.jobs)
-            print(text, end="")
-            if args.out:
-                atomic_write_text(args.out, text)
-            return 0
-        if args.cmd == "deps":
-            return _deps(args)
-        if args.cmd == "params-doc":
-            from .params import parameters_markdown
-
-            print(parameters_markdown(), end="")
-            return 0
-        if args.cmd == "show":
-            import json
-
-            from .io import read_h5
-
-            print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
-            return 0
-        if args.cmd == "stage":
-            from .workflow.repro import run_stage
-
-            return run_stage(Path(args.params).resolve().parent, args.name)
-        params = load_params(args.params)
-        if args.cmd in ("params-slices", "check"):  # DVC's first stage, and the user's check: before any job
-            from .params import check_mteb_targets
-
-            check_mteb_targets(params, args.params)
-        if args.cmd == "check":
-            from .params import check_api_keys
-
-            check_api_keys(params, args.params)
-        if args.cmd == "params-slices":
-            from .workflow.deps import write_slices
-
-            changed = write_slices(Path(args.params).resolve().parent, params)
-            print(f"params slices: {len(changed)} changed" + (f" ({', '.join(changed[:10])}"
-                  + (", ..." if len(changed) > 10 else "") + ")" if changed else ""))
-            return 0
-        if args.cmd == "check":
-            print(f"{args.params}: valid, {len(expand_encoders(params['models']))} encoders")
-        elif args.cmd == "encoders":
-            for e, v in sorted(expand_encoders(params["models"]).items()):
-                print("\t".join(str(x) for x in (e, v.model, v.layer, v.pooling, v.dim)))
-        else:
-            print("\n".join(artifact_paths(params["models"], args.stage, args.models)))
+        return next(c.run for c in COMMANDS if c.name == args.cmd)(args)
     except (EncmapError, OSError) as e:
         print(f"encmap: error: {e}", file=sys.stderr)
         return 2
-    return 0
 
 
 _PLUMBING = """\
@@ -211,7 +71,72 @@ def _renamed(argv: list[str]) -> list[str]:
     return argv
 
 
-def _deps(args) -> int:
+# Each command: its arguments (``_<name>_args``, given its subparser) and its runner (``_<name>``,
+# parsed args -> exit status), in the order of COMMANDS.
+
+def _check(args: argparse.Namespace) -> int:
+    from .encoders.variants import expand_encoders
+    from .params import check_api_keys, check_mteb_targets, load_params
+
+    params = load_params(args.params)
+    check_mteb_targets(params, args.params)  # as params-slices, DVC's first stage, does: before any job
+    check_api_keys(params, args.params)
+    print(f"{args.params}: valid, {len(expand_encoders(params['models']))} encoders")
+    return 0
+
+
+def _params_doc(args: argparse.Namespace) -> int:
+    from .params import parameters_markdown
+
+    print(parameters_markdown(), end="")
+    return 0
+
+
+def _encoders(args: argparse.Namespace) -> int:
+    from .encoders.variants import expand_encoders
+    from .params import load_params
+
+    for e, v in sorted(expand_encoders(load_params(args.params)["models"]).items()):
+        print("\t".join(str(x) for x in (e, v.model, v.layer, v.pooling, v.dim)))
+    return 0
+
+
+def _targets_args(p: argparse.ArgumentParser) -> None:
+    from .workflow.layout import LAYOUT
+
+    p.add_argument("stage", choices=sorted(LAYOUT))
+    p.add_argument("models", nargs="*", help="model ids (default: all)")
+
+
+def _targets(args: argparse.Namespace) -> int:
+    from .params import load_params
+    from .workflow.layout import artifact_paths
+
+    print("\n".join(artifact_paths(load_params(args.params)["models"], args.stage, args.models)))
+    return 0
+
+
+def _stage_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("name", nargs="?", help="stage, e.g. map or embed@<model> (default: $DVC_STAGE, set by DVC)")
+
+
+def _stage(args: argparse.Namespace) -> int:
+    from .workflow.repro import run_stage
+
+    return run_stage(Path(args.params).resolve().parent, args.name)
+
+
+def _deps_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("stages", nargs="*", help="stages (default: every stage of dvc.yaml)")
+    p.add_argument("--root", default=".", help="workflow root holding dvc.yaml, rules/, scripts/, src/")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--check", action="store_true", help="exit 1 naming each way dvc.yaml's code deps are wrong")
+    mode.add_argument("--write", action="store_true", help="rewrite the code deps in dvc.yaml (data deps kept)")
+    mode.add_argument("--digest", action="store_true",
+                      help="write every stage's code digest under results/code (the DVC stage 'code' runs it)")
+
+
+def _deps(args: argparse.Namespace) -> int:
     from .workflow.deps import check_dvc_yaml, stage_code, write_digests, write_dvc_yaml
     from .workflow.stages import STAGES
 
@@ -233,6 +158,86 @@ def _deps(args) -> int:
     for stage in args.stages or list(STAGES):
         print(f"{stage}:")
         print("".join(f"  - {f}\n" for f in stage_code(args.root, stage)), end="")
+    return 0
+
+
+def _repro_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("targets", nargs="*", help="stages to bring up to date with their upstream (default: all)")
+    p.add_argument("-n", "--dry-run", action="store_true", help="list the stale stages, run nothing")
+
+
+def _repro(args: argparse.Namespace) -> int:
+    from .workflow.repro import repro
+
+    return repro(Path(args.params).resolve().parent, args.targets, args.snakemake_args, args.dry_run)
+
+
+def _record(args: argparse.Namespace) -> int:
+    from .workflow.made import record
+
+    return record(Path(args.params).resolve().parent)
+
+
+def _params_slices(args: argparse.Namespace) -> int:
+    from .params import check_mteb_targets, load_params
+    from .workflow.deps import write_slices
+
+    params = load_params(args.params)
+    check_mteb_targets(params, args.params)  # DVC's first stage: before any job
+    changed = write_slices(Path(args.params).resolve().parent, params)
+    print(f"params slices: {len(changed)} changed" + (f" ({', '.join(changed[:10])}"
+          + (", ..." if len(changed) > 10 else "") + ")" if changed else ""))
+    return 0
+
+
+def _show_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("path")
+
+
+def _show(args: argparse.Namespace) -> int:
+    import json
+
+    from .io import read_h5
+
+    print(json.dumps(read_h5(args.path, [])[1], indent=2, default=str))
+    return 0
+
+
+def _place_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("source", help="hub id (org/name or hub:ID), path:DIR or package:NAME")
+    p.add_argument("--id", help="model id (default: from the source's last component)")
+    p.add_argument("--spec", help="YAML file with a full params.yaml model entry (source and meta taken from it)")
+    p.add_argument("--backend", default="sentence-transformers", choices=["sentence-transformers", "transformers"])
+    p.add_argument("--layers", default="", help="hidden states to pool as well, e.g. 0,3,6 (default: output only)")
+    p.add_argument("--pooling", default="mean", help="poolings of those layers, e.g. mean,cls,max")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="metadata (family, architecture, parameters, languages, objective, kind); repeatable")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="allow the checkpoint's own Python code to run (off unless given)")
+    p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
+    p.add_argument("--out", help="output directory (default: results/place/<id>)")
+    p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
+
+
+def _regress_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--features", required=True, help="feature matrix (HDF5, e.g. results/features/qre.h5)")
+    p.add_argument("--scores", required=True, help="score table CSV with columns encoder,task,score")
+    p.add_argument("--groups", help="CSV encoder,group (default: each encoder's model)")
+    p.add_argument("--out", help="also write the table to this CSV file")
+    p.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)),
+                   help="worker processes for the fits (default: the cores this process may use; "
+                        "the table does not depend on it)")
+
+
+def _regress(args: argparse.Namespace) -> int:
+    from .downstream.prediction import regress_tables
+    from .io import atomic_write_text
+    from .params import load_params
+
+    text = regress_tables(args.features, args.scores, args.groups, load_params(args.params)["regress"], args.jobs)
+    print(text, end="")
+    if args.out:
+        atomic_write_text(args.out, text)
     return 0
 
 
@@ -280,7 +285,32 @@ def _check_catalogue_out(out: Path) -> None:
                           "params file (--replace to replace its models), or name another file")
 
 
-def _catalogue(args) -> int:
+def _catalogue_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--min-params", type=_count, help="at least this many parameters (e.g. 1e8)")
+    p.add_argument("--max-params", type=_count, help="at most this many parameters")
+    p.add_argument("--language", action="append", default=[], metavar="ISO639-3",
+                   help="models covering this language (e.g. eng); repeatable: any of them")
+    p.add_argument("--english-only", action="store_true", help="models whose languages are English alone")
+    p.add_argument("--org", action="append", default=[], help="organisation (the hub id's owner); repeatable")
+    p.add_argument("--name", help="regular expression the hub name must match")
+    p.add_argument("--framework", help="a framework the registry lists, e.g. 'Sentence Transformers'")
+    p.add_argument("--limit", type=_positive_int, help="the first N entries by id")
+    p.add_argument("--trust-remote-code", action="store_true",
+                   help="include models whose loader runs the checkpoint's own code (left out otherwise)")
+    p.add_argument("--prompt", choices=["none", "document"], default="none",
+                   help="probe sentences bare (default) or with the model's documented passage prompt")
+    p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="auto",
+                   help="auto: float32 below 1 B parameters, bfloat16 from 1 B (default)")
+    p.add_argument("--results", help="a local copy of MTEB's results repository: the registry's widths and parameter "
+                                     "counts are checked against its model_meta.json files (default: "
+                                     "regress.mteb.results when that is a local path)")
+    out = p.add_mutually_exclusive_group()
+    out.add_argument("--out", help="write a YAML file holding just models: (snakemake --configfile adds them)")
+    out.add_argument("--append", action="store_true", help="add the entries to the params file (--params)")
+    p.add_argument("--replace", action="store_true", help="with --append: replace the params file's models")
+
+
+def _catalogue(args: argparse.Namespace) -> int:
     import yaml
 
     from .downstream.mteb_results import model_metas
@@ -329,7 +359,24 @@ def _catalogue(args) -> int:
     return 0
 
 
-def _mteb_scores(args) -> int:
+def _mteb_scores_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("results", help="MTEB's results repository (a local copy: results/<org__model>/<revision>/"
+                                   "<Task>.json beneath it), or 'remote' (online, through mteb's cache)")
+    p.add_argument("--models", required=True,
+                   help="CSV encoder,mteb_model[,revision]: which map encoder each MTEB model is; an empty revision "
+                        "is the registry's pinned one")
+    p.add_argument("--benchmark", default="MTEB(eng, v1)", help="benchmark whose tasks and subsets (default: "
+                                                                "%(default)s)")
+    p.add_argument("--tasks", nargs="+", default=[], metavar="TASK", help="these tasks instead (every subset)")
+    p.add_argument("--split", default=None,
+                   help="read this split for every task (default: each task's own evaluation splits, e.g. dev "
+                        "for MSMARCO)")
+    p.add_argument("--out", help="write the table here (default: print it)")
+    p.add_argument("--sources", help="write the sources report here (JSON: per model its revision folders, "
+                                     "tasks scored, tasks missing and why)")
+
+
+def _mteb_scores(args: argparse.Namespace) -> int:
     from .downstream.mteb_results import published_scores
     from .downstream.score_tables import read_models_table, score_table_text
     from .io import atomic_write_json, atomic_write_text
@@ -351,7 +398,7 @@ def _mteb_scores(args) -> int:
     return 0
 
 
-def _place(args) -> int:
+def _place(args: argparse.Namespace) -> int:
     import yaml
 
     from .params import append_models, takes_key
@@ -405,6 +452,40 @@ def _place(args) -> int:
         append_models(args.params, {model: spec})
         print(f"added model {model!r} to {args.params}")
     return 0
+
+
+#: Every command, in the order ``encmap --help`` lists them.
+COMMANDS: tuple[Command, ...] = (
+    Command("check", _check, help="validate the params file against the schema"),
+    Command("params-doc", _params_doc,
+            help="every params.yaml key with its type and description (docs/parameters.md)"),
+    Command("encoders", _encoders, help="list every encoder: id, model, layer, pooling, dim (TSV)"),
+    Command("targets", _targets, _targets_args, help="per-encoder Snakemake targets of one stage"),
+    Command("stage", _stage, _stage_args,
+            description="run one DVC stage's Snakemake job (the command of every stage in dvc.yaml)"),
+    Command("deps", _deps, _deps_args,
+            help="the code each DVC stage runs (its code digest); --check, --write dvc.yaml"),
+    Command("repro", _repro, _repro_args,
+            help="run every stage DVC finds stale in one Snakemake call; record them in dvc.lock",
+            description="encmap repro [STAGE ...] [-n] [-- SNAKEMAKE ARGS]: what `dvc repro` does, "
+                        "with one Snakemake process instead of one per stage"),
+    Command("record", _record, help="record in dvc.lock what a plain `snakemake` run made (no job runs)",
+            description="encmap record: after `snakemake --cores all`, record in dvc.lock, as `dvc commit` "
+                        "would, every stale stage whose outputs a Snakemake job made from the current code, "
+                        "params and inputs (proven from what each job recorded when it finished, never from "
+                        "file times); every other stale stage is named and stays stale"),
+    Command("params-slices", _params_slices,
+            description="write each stage's params slice under results/params (the DVC stage 'params' runs it)"),
+    Command("show", _show, _show_args, help="print an artifact's attributes (JSON)"),
+    Command("place", _place, _place_args,
+            help="place a new encoder on the run's map (no refit) and list its neighbours"),
+    Command("regress", _regress, _regress_args,
+            help="predict scores from features: grouped vs random CV, baselines (CSV table)"),
+    Command("catalogue", _catalogue, _catalogue_args,
+            help="models: entries for hub encoders from MTEB's model registry (offline)"),
+    Command("mteb-scores", _mteb_scores, _mteb_scores_args,
+            help="score table (encoder,task,score) from MTEB's published results (the regress stage's reader)"),
+)
 
 
 if __name__ == "__main__":
