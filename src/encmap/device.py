@@ -200,7 +200,7 @@ def _cuda_memory(index: int) -> tuple[int, int]:
     return torch.cuda.mem_get_info(index)
 
 
-def _try_lock(path: Path) -> int | None:
+def try_lock(path: Path) -> int | None:
     """An fd holding an exclusive flock on ``path``, or None if another holder has it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -269,7 +269,7 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
     while True:
         short = []
         for i in cards:
-            fd = _try_lock(folder / f"{keys(i)}.lock")
+            fd = try_lock(folder / f"{keys(i)}.lock")
             if fd is None:
                 continue
             if need is not None:
