@@ -240,11 +240,12 @@ def test_a_running_call_holds_its_tokens_until_it_ends_however_it_ends(tmp_path)
     from encmap.encoders.backends.openai_api import spend, tokens_spent
 
     spec, ledger = api_spec("http://127.0.0.1:9", max_tokens=100), tmp_path / "spent.json"
-    holder = subprocess.Popen([sys.executable, "-c", "import json, sys, time\n"
-                               "from encmap.encoders.backends.openai_api import spend\n"
-                               "with spend('mini-api', json.loads(sys.argv[1]), __import__('pathlib').Path(sys.argv[2]), "
-                               "80, 5):\n    print('held', flush=True)\n    time.sleep(120)",
-                               json.dumps(spec), str(ledger)], stdout=subprocess.PIPE, text=True)
+    hold = ("import json, sys, time\nfrom pathlib import Path\n"
+            "from encmap.encoders.backends.openai_api import spend\n"
+            "with spend('mini-api', json.loads(sys.argv[1]), Path(sys.argv[2]), 80, 5):\n"
+            "    print('held', flush=True)\n    time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, json.dumps(spec), str(ledger)], stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         with pytest.raises(EncmapError, match=r"about 30 tokens to send for 1 texts .* with 0 already spent on this "
