@@ -174,3 +174,29 @@ def test_a_spectrum_built_from_python_lists_works_as_one_from_arrays():
         encmap.Spectrum([["a"] * s.rank] * s.n, s.lam.tolist(), float(s.trace))
     with pytest.raises(encmap.EncmapError, match="eigenvalues must be positive"):
         encmap.Spectrum(s.U.tolist(), [-1.0] + s.lam.tolist()[1:], float(s.trace))
+
+
+def test_a_spectrum_of_objects_strings_or_a_trace_that_is_no_number_is_an_encmap_error():
+    """Old: object or string arrays, and a Decimal, None or list trace, were raw TypeErrors (and
+    strings of digits in a list were read as numbers)."""
+    from decimal import Decimal
+
+    s = encmap.factor_pip(_sample(3))
+    U, lam, tr = s.U, s.lam, float(s.trace)
+    real = r"must be an array of numbers \(int or float\), got dtype"
+    for kw, why in [
+            (dict(U=U.astype(object)), "Spectrum: U " + real + " object"),
+            (dict(lam=lam.astype(object)), "Spectrum: lam " + real + " object"),
+            (dict(lam=lam.astype(str)), "Spectrum: lam " + real + " <U"),
+            (dict(lam=[str(v) for v in lam]), "Spectrum: lam " + real + " <U"),
+            (dict(lam=[Decimal(str(v)) for v in lam]), r"Spectrum: lam must be an array of numbers"),
+            (dict(lam=lam + 0j), "Spectrum: lam " + real + " complex128"),
+            (dict(U=U > 0), "Spectrum: U " + real + " bool"),
+            (dict(V=np.zeros((6, s.rank), dtype=object)), r"Spectrum: V must be an array of numbers"),
+            (dict(trace=Decimal("2.5")), r"Spectrum: trace \(tr M = \|\|E\|\|_F\^2\) must be a number, got Decimal"),
+            (dict(trace=None), r"Spectrum: trace .* must be a number, got None"),
+            (dict(trace=[2.0]), r"Spectrum: trace .* must be a number, got \[2.0\]"),
+            (dict(trace="2.0"), r"Spectrum: trace .* must be a number, got '2.0'")]:
+        with pytest.raises(encmap.EncmapError, match=why):
+            encmap.Spectrum(**(dict(U=U, lam=lam, trace=tr) | kw))
+    assert encmap.Spectrum(U, lam, np.float32(tr)).trace == pytest.approx(tr)  # numpy's scalars are numbers

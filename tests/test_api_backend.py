@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from pathlib import Path
 
@@ -180,6 +181,140 @@ def test_a_budget_is_checked_before_anything_is_sent(proxy):
                                           rf"max_tokens {budget:,}"):
         embed_model("mini-api", api_spec(proxy.url, max_tokens=budget), rest)  # a second call: over the entry's
     assert proxy.requests == sent and done.provenance["served_model"] == SERVED
+
+
+#: One call of an entry in its own process: waits for ``go`` to exist, then embeds; prints ok or the refusal.
+CHILD = """
+import json, sys, time
+from pathlib import Path
+from encmap.encoders.embed import embed_model
+from encmap.validation import EncmapError
+spec, texts, go, ready = json.loads(sys.argv[1]), json.loads(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
+ready.touch()
+while not go.exists():
+    time.sleep(0.005)
+try:
+    embed_model("mini-api", spec, texts)
+    print("ok")
+except EncmapError as e:
+    print("refused:", e)
+"""
+
+
+@pytest.mark.slow(minutes=1)
+def test_two_calls_of_one_entry_started_together_share_its_budget(proxy, tmp_path):
+    """Old: the embed and evaluate jobs of one entry (side by side by design) both passed the check
+    before either recorded its spend: 750 tokens spent under a budget of 600. Two real processes."""
+    import subprocess
+    import sys
+
+    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+
+    halves = TEXTS[:24], TEXTS[24:]
+    need = max(estimate_tokens(list(h)) for h in halves) + estimate_tokens(list(PROBES))
+    spec = api_spec(proxy.url, max_tokens=need + need // 2)  # one call fits, two do not
+    proxy.delay = 0.5  # each request in flight half a second: the two calls overlap
+    go = tmp_path / "go"
+    procs = [subprocess.Popen([sys.executable, "-c", CHILD, json.dumps(spec), json.dumps(h), str(go),
+                               str(tmp_path / f"ready{i}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for i, h in enumerate(halves)]
+    t0 = time.monotonic()
+    while not all((tmp_path / f"ready{i}").exists() for i in range(2)) and time.monotonic() - t0 < 120:
+        time.sleep(0.02)
+    go.touch()
+    said = sorted(p.communicate(timeout=120)[0].strip() for p in procs)
+    assert said[0] == "ok" and said[1].startswith("refused:"), said
+    assert re.search(r"tokens held by calls of this entry running now, over its max_tokens", said[1]), said[1]
+    assert proxy.texts == 24 + len(PROBES)  # the refused call sent nothing (old: both calls' 48 texts and probes)
+    spent = json.loads((Path(os.environ["ENCMAP_CACHE"]) / "api" / "spent.json").read_text())
+    assert list(spent.values())[0] > 0
+    assert not list((Path(os.environ["ENCMAP_CACHE"]) / "api").glob("spent.json.held/*"))  # nothing left held
+
+
+def test_a_running_call_holds_its_tokens_until_it_ends_however_it_ends(tmp_path):
+    """The budget's hold across processes without a server: a live holder's tokens count, a killed
+    one's are dropped (the kernel released its flock), a finished call's spend is recorded."""
+    import subprocess
+    import sys
+
+    from encmap.encoders.backends.openai_api import spend, tokens_spent
+
+    spec, ledger = api_spec("http://127.0.0.1:9", max_tokens=100), tmp_path / "spent.json"
+    hold = ("import json, sys, time\nfrom pathlib import Path\n"
+            "from encmap.encoders.backends.openai_api import spend\n"
+            "with spend('mini-api', json.loads(sys.argv[1]), Path(sys.argv[2]), 80, 5):\n"
+            "    print('held', flush=True)\n    time.sleep(120)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, json.dumps(spec), str(ledger)], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(EncmapError, match=r"about 30 tokens to send for 1 texts .* with 0 already spent on this "
+                                              r"entry by earlier calls and 80 tokens held by calls of this entry "
+                                              r"running now, over its max_tokens 100; nothing was sent"):
+            with spend("mini-api", spec, ledger, 30, 1):
+                pass
+    finally:
+        holder.kill()
+        holder.wait()
+    with spend("mini-api", spec, ledger, 30, 1) as used:
+        used[0] = 25
+    assert tokens_spent(spec, ledger) == 25 and not list(tmp_path.glob("spent.json.held/*"))
+    ledger.write_text(ledger.read_text().replace("25", "-7"))  # as the old code recorded a server's negative usage
+    with pytest.raises(EncmapError, match=r"spent.json: the tokens spent per API entry cannot be read \(the count -7"):
+        tokens_spent(spec, ledger)
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_usage_the_server_gets_wrong_is_refused_and_never_lowers_the_spend(proxy):
+    """Old: a server reporting usage.prompt_tokens -100000 drove the entry's recorded spend negative,
+    which switched its budget off; 2.5, "12" and true were taken or estimated without a word."""
+    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+
+    ledger = Path(os.environ["ENCMAP_CACHE"]) / "api" / "spent.json"
+    for k, bad in enumerate([-100000, 2.5, "12", True]):
+        spec = api_spec(proxy.url, revision=f"r-u{k}",
+                        max_tokens=estimate_tokens(TEXTS[:8]) + estimate_tokens(list(PROBES)) + 10)
+        proxy.mode, proxy.usage = "usage", bad
+        with pytest.raises(EncmapError, match=rf"the drift probes reports usage.prompt_tokens {re.escape(repr(bad))}, "
+                                              r"not a number of tokens .*the server's error"):
+            embed_model("mini-api", spec, TEXTS[:8])
+        assert all(isinstance(v, int) and v > 0 for v in json.loads(ledger.read_text()).values())  # the answer counted
+        proxy.mode = "pass"  # the budget still holds: the refused answer's tokens were counted as estimated
+        with pytest.raises(EncmapError, match=r"already spent on this entry by earlier calls, over its max_tokens"):
+            embed_model("mini-api", spec, TEXTS[:8])
+
+
+def test_a_cache_locked_for_a_moment_is_waited_for_and_never_called_unreadable(tmp_path, monkeypatch):
+    """Old: another job holding a fresh cache made ``PRAGMA journal_mode=WAL`` fail at once (SQLite
+    calls no busy handler there), reported as "cannot be read ... move it aside ... paid for again"."""
+    import sqlite3
+    import threading
+
+    from encmap.encoders.backends import openai_api
+    from encmap.encoders.backends.openai_api import ResponseCache
+
+    path = tmp_path / "embeddings.sqlite"
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("CREATE TABLE vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
+    holder.execute("BEGIN IMMEDIATE")  # another job writing the fresh cache, in the rollback journal still
+    release = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
+    release.start()
+    cache = ResponseCache(path)
+    cache.put({"k": np.ones(3, np.float32)})
+    assert list(cache.get(["k"])) == ["k"]
+    cache.close()
+    release.join()
+    holder.close()
+    other = tmp_path / "other.sqlite"  # a lock that does not clear: named as one, the cache kept
+    holder = sqlite3.connect(other, isolation_level=None)
+    holder.execute("CREATE TABLE t (a)")
+    holder.execute("BEGIN IMMEDIATE")
+    monkeypatch.setattr(openai_api, "LOCK_WAIT_S", 0.5)
+    with pytest.raises(EncmapError, match=r"other.sqlite: the API vectors' cache stayed locked by another process "
+                                          r"for 0.5 s") as e:
+        ResponseCache(other)
+    assert "move it aside" not in str(e.value) and "cannot be read" not in str(e.value)
+    holder.close()
 
 
 @pytest.mark.slow(minutes=1)

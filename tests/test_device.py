@@ -41,9 +41,49 @@ def test_gpu_count(env, driver, expected):
     assert gpu_count(env, driver_gpus=lambda: driver) == expected
 
 
-def test_gpu_count_refuses_a_bad_override():
-    with pytest.raises(EncmapError, match=r"ENCMAP_GPUS='two'.*number of GPUs"):
-        gpu_count({GPUS_ENV: "two"}, driver_gpus=lambda: 0)
+@pytest.mark.parametrize("value", ["two", "²", "１", "٢", "-1", "1.0", "+2", "0x2"])
+def test_gpu_count_refuses_a_bad_override(value):
+    """Old: "²" (a digit to str.isdigit, not to int) was a raw ValueError; fullwidth and
+    Arabic-Indic digits were read as numbers although no shell user means them so."""
+    with pytest.raises(EncmapError, match=rf"ENCMAP_GPUS={re.escape(repr(value))}.*number of GPUs"):
+        gpu_count({GPUS_ENV: value}, driver_gpus=lambda: 0)
+
+
+@pytest.mark.parametrize("zero", ["0", "00", " 0 ", "000"])
+def test_every_spelling_of_zero_is_zero_everywhere(zero):
+    """Old: ENCMAP_GPUS="00" set no limit (a count of 0) but did not disable GPUs, so `auto`
+    resolved to cuda and every GPU job waited for ever over 0 cards."""
+    from encmap.device import gpus_disabled
+
+    assert gpu_count({GPUS_ENV: zero}, driver_gpus=lambda: 8) == 0
+    assert gpus_disabled({GPUS_ENV: zero})
+    assert not gpus_disabled({GPUS_ENV: "01"}) and gpu_count({GPUS_ENV: "01"}, driver_gpus=lambda: 8) == 1
+
+
+@pytest.mark.parametrize("zero", ["０", "٠٠"])
+def test_a_zero_in_another_script_is_refused_not_waited_on(zero):
+    from encmap.device import gpus_disabled
+
+    for call in (lambda: gpus_disabled({GPUS_ENV: zero}), lambda: gpu_count({GPUS_ENV: zero}, driver_gpus=lambda: 8)):
+        with pytest.raises(EncmapError, match=r"ENCMAP_GPUS=.*ASCII digits"):
+            call()
+
+
+def test_no_card_to_wait_for_is_an_error_not_a_wait(tmp_path):
+    """A job told to find a card among none would wait for ever; it is refused at once."""
+    done = []
+
+    def job():
+        try:
+            with gpu_slot(0, directory=tmp_path, poll=0.01):
+                done.append("card")
+        except EncmapError as e:
+            done.append(str(e))
+
+    t = threading.Thread(target=job, daemon=True)
+    t.start()
+    t.join(2)
+    assert done and "no GPU" in done[0], done
 
 
 def test_the_count_is_snakemakes_limit_unless_the_user_gave_one():
@@ -301,6 +341,13 @@ def test_encmap_gpus_0_means_no_gpu_job(two_cards, monkeypatch):
         assert dev == "cpu"
     with pytest.raises(EncmapError, match="ENCMAP_GPUS=0 allows encmap's jobs no GPU"):
         resolve_device("cuda")
+    monkeypatch.setenv(GPUS_ENV, "00")  # old: cuda, and every GPU job waited for ever over 0 cards
+    assert resolve_device("auto") == "cpu" and gpu_request(spec, "auto") == 0
+    with job_device("auto", gpu=True) as dev:
+        assert dev == "cpu"
+    monkeypatch.setenv(GPUS_ENV, "٠٠")
+    with pytest.raises(EncmapError, match="ENCMAP_GPUS='٠٠'"):
+        resolve_device("auto")
 
 
 def test_encmap_gpus_k_means_the_first_k_cards(two_cards, monkeypatch):

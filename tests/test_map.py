@@ -459,12 +459,15 @@ def test_coloured_by_model_the_page_says_which_point_is_which_at_hub_scale(tmp_p
     """Old: the palette had 20 colours; models past the 19th were all drawn in the grey of the
     20th entry, and 5 of the default map's 25 models were missing from the legend with no "other"
     line. Here 60 models (a few encoders each): each its own colour, every one in the legend with
-    that colour and its count, the hover names it, and a click on its legend row rings its points."""
+    that colour and its count, the hover names it, and a click on its legend row rings its points.
+    Four are named as JavaScript's Object.prototype members (old: counted and coloured in plain
+    objects, `constructor` showed "function Object() { [native code] }1" in the legend, and
+    `__proto__`, `toString`, `hasOwnProperty` a black point without a swatch and a page error)."""
     from support.browser import inspect_categories
 
     from encmap.maps.page import page_data, render_page
 
-    models = [f"model-{k:02d}" for k in range(60)]
+    models = [f"model-{k:02d}" for k in range(56)] + ["constructor", "__proto__", "hasOwnProperty", "toString"]
     recs = [record(i, models[i % 60], i % 3, "mean") for i in range(150)]
     ids = [r["id"] for r in recs]
     rng = np.random.default_rng(0)
@@ -473,7 +476,7 @@ def test_coloured_by_model_the_page_says_which_point_is_which_at_hub_scale(tmp_p
     html = tmp_path / "map.html"
     html.write_text(render_page(page_data(ids, coords, recs, ["kind", "model"], idx, dist, "l1")), encoding="utf-8")
     shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_page_60_models.png"
-    # The legend: the 30 models of 3 encoders, then the 30 of 2; row 59 is model-59, far past the palette.
+    # The legend: the 30 models of 3 encoders, then the 30 of 2 by name; row 59 is toString, far past the palette.
     seen = inspect_categories(html, shot, field="model", hover_index=59, click_row=59)
     assert seen["errors"] == []
     fill = {}
@@ -488,7 +491,7 @@ def test_coloured_by_model_the_page_says_which_point_is_which_at_hub_scale(tmp_p
         assert count == sum(r["model"] == m for r in recs) and {colour} == fill[m], m
     clicked = seen["rows"][59][0].rsplit(" (", 1)[0]
     assert seen["ringed"] == legend[clicked][0] and seen["info"].startswith(f"model: {clicked} ({legend[clicked][0]})")
-    assert clicked == "model-59" and "model: model-59" in seen["hover"]  # legend, click and hover agree
+    assert clicked == "toString" and "model: toString" in seen["hover"]  # legend, click and hover agree
 
 
 # ---------------------------------------------------------------------------------- steps: bad input

@@ -204,3 +204,33 @@ def test_encmap_repro_through_slurm_matches_a_local_run(tmp_path, tiny_bert, clu
     assert json.loads(run("dvc status --json", proj).stdout) == {}
     assert {k: v for k, v in tree_hashes(proj, "data", "results").items() if not k.startswith("results/params/")} == \
         {k: v for k, v in made.items() if not k.startswith("results/params/")}
+
+
+def test_no_doc_or_profile_advises_a_slurm_extra_the_plugin_refuses():
+    """Old: docs/catalogue.md advised `slurm_extra: "--gres=gpu:1"`, which the pinned
+    snakemake-executor-plugin-slurm refuses at every submission (the rules' `gpu` resource is
+    already sbatch's --gpus). Every slurm_extra the docs, README and profiles show, through the
+    plugin's own check; no cluster needed."""
+    from types import SimpleNamespace
+
+    from snakemake_executor_plugin_slurm.validation import validate_slurm_extra
+
+    repo = Path(__file__).resolve().parents[1]
+    shown = []
+    for path in [repo / "README.md", *sorted((repo / "docs").glob("*.md"))]:
+        shown += [(path.name, v) for v in re.findall(r"""slurm_extra:\s*["']([^"']*)["']""", path.read_text())]
+
+    def walk(node, where):
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "slurm_extra":
+                    shown.append((where, str(v)))
+                walk(v, where)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v, where)
+
+    for path in sorted((repo / "profiles").rglob("*.yaml")):
+        walk(yaml.safe_load(path.read_text()), path.name)
+    for where, value in shown:
+        validate_slurm_extra(SimpleNamespace(resources=SimpleNamespace(slurm_extra=value)))  # WorkflowError: refused

@@ -87,11 +87,23 @@ def resolve_device(requested: str = "auto") -> str:
     return requested
 
 
+def gpus_override(environ: dict | None = None) -> int | None:
+    """The number ``ENCMAP_GPUS`` gives (None: unset or blank); an error naming the value unless
+    it is ASCII digits (``00`` is 0: every reader of the variable reads it here, so a count of 0
+    always means no GPU job; ``²``, ``٠`` or ``１`` are digits to Python's ``isdigit`` only)."""
+    env = os.environ if environ is None else environ
+    raw = env.get(GPUS_ENV, "").strip()
+    if not raw:
+        return None
+    if not re.fullmatch(r"[0-9]+", raw):
+        raise EncmapError(f"{GPUS_ENV}={raw!r}: expected a number of GPUs in ASCII digits (0, 1, 2, ...)")
+    return int(raw)
+
+
 def gpus_disabled(environ: dict | None = None) -> bool:
     """``ENCMAP_GPUS=0``: the user allows encmap's jobs no GPU (they run on the CPU and ask
     Snakemake for none). Read without asking the driver: rules call it for every job."""
-    env = os.environ if environ is None else environ
-    return env.get(GPUS_ENV, "").strip() == "0"
+    return gpus_override(environ) == 0
 
 
 def _visible_entries(value: str) -> int:
@@ -130,11 +142,9 @@ def gpu_count(environ: dict | None = None, driver_gpus: Callable[[], int] = _dri
     when that is set (SLURM sets it to a job's allocation).
     """
     env = os.environ if environ is None else environ
-    if env.get(GPUS_ENV, "").strip():
-        raw = env[GPUS_ENV].strip()
-        if not raw.isdigit():
-            raise EncmapError(f"{GPUS_ENV}={raw!r}: expected a number of GPUs (0, 1, 2, ...)")
-        return int(raw)
+    override = gpus_override(env)
+    if override is not None:
+        return override
     found = driver_gpus()
     if "CUDA_VISIBLE_DEVICES" in env:
         found = min(found, _visible_entries(env["CUDA_VISIBLE_DEVICES"]))
@@ -190,7 +200,7 @@ def _cuda_memory(index: int) -> tuple[int, int]:
     return torch.cuda.mem_get_info(index)
 
 
-def _try_lock(path: Path) -> int | None:
+def try_lock(path: Path) -> int | None:
     """An fd holding an exclusive flock on ``path``, or None if another holder has it."""
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
@@ -238,6 +248,10 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
         program holds it) before :class:`EncmapError` names the cards and their free memory
         (default :data:`MEMORY_WAIT_S`). Cards held by other encmap jobs are waited for without limit.
     """
+    if only is None and count <= 0:  # nothing to wait for: waiting would never end
+        raise EncmapError(f"{what}: no GPU may be used ({GPUS_ENV}={os.environ.get(GPUS_ENV, 'unset')}, "
+                          f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}); set the "
+                          "device to cpu, or allow a card")
     folder = lock_dir() if directory is None else directory
     cards = [only] if only is not None else list(range(count))
     need = None if need_bytes is None else need_bytes / WEIGHT_FRACTION
@@ -255,7 +269,7 @@ def gpu_slot(count: int, *, need_bytes: int | None = None, what: str = "this job
     while True:
         short = []
         for i in cards:
-            fd = _try_lock(folder / f"{keys(i)}.lock")
+            fd = try_lock(folder / f"{keys(i)}.lock")
             if fd is None:
                 continue
             if need is not None:

@@ -126,6 +126,19 @@ def check_real(value: Any, name: str, *, positive: bool = False) -> float:
     return value
 
 
+def check_real_array(value: Any, name: str) -> np.ndarray:
+    """``value`` as an array of real numbers (an array of them as it is; a list becomes float64);
+    anything else (objects, strings, booleans, complex, a ragged list) is :class:`EncmapError`
+    naming ``name`` and what it holds. Strings of digits are not numbers here, as nowhere else."""
+    try:
+        A = np.asarray(value)
+    except (TypeError, ValueError) as e:  # a ragged list
+        raise EncmapError(f"{name} must be an array of numbers ({e})") from None
+    if A.dtype.kind not in "iuf":
+        raise EncmapError(f"{name} must be an array of numbers (int or float), got dtype {A.dtype}")
+    return A if isinstance(value, np.ndarray) else A.astype(np.float64)
+
+
 def check_same_sentences(X: Any, Y: Any, what: str, names: tuple[str, str] = ("X", "Y"),
                          min_rows: int = 1) -> tuple[np.ndarray, np.ndarray]:
     """Validate two embedding matrices of the same sentences and return them as float64.

@@ -98,13 +98,15 @@ class Proxy:
     (a refusal whose text echoes the Authorization header, key and all); ``huge`` (one value 1e39),
     ``zero`` (an all-zero vector), ``null`` (an ``embedding: null``), ``base64`` (every vector as
     base64 float32), ``html`` / ``html-json`` (a 200 with an HTML page, labelled as such or as
-    JSON), ``drip`` (the answer one byte per 0.2 s); the rewriting modes spare
-    the first ``after`` requests. ``requests``: how many
+    JSON), ``drip`` (the answer one byte per 0.2 s), ``usage`` (``usage.prompt_tokens`` set to
+    ``usage``); the rewriting modes spare the first ``after`` requests. ``delay``: seconds every
+    POST waits before it is forwarded (calls started together stay in flight together). ``requests``: how many
     POSTs reached the proxy; ``texts``: how many inputs they carried."""
 
     def __init__(self, upstream: str):
         self.upstream, self.mode, self.count, self.marker = upstream, "pass", 0, "\x00"
         self.after = 0  # rewriting modes leave requests up to this count (e.g. the drift probes) alone
+        self.usage, self.delay = None, 0.0
         self.requests, self.texts, self.refused = 0, 0, 0
         proxy = self
 
@@ -137,6 +139,7 @@ class Proxy:
                         rewrite = proxy.requests > proxy.after
                         if storm:
                             proxy.refused += 1
+                    time.sleep(proxy.delay)
                     if storm:
                         return self._send(429, b'{"error": {"message": "rate limited (test storm)"}}',
                                           {"Retry-After": "0"})
@@ -177,7 +180,7 @@ class Proxy:
                     return self.wfile.write(page)
                 if body is not None and code == 200 and rewrite and proxy.mode in ("reverse", "bad-index", "width",
                                                                                  "perturb", "huge", "zero", "null",
-                                                                                 "base64"):
+                                                                                 "base64", "usage"):
                     data = json.loads(payload)
                     items = data["data"]
                     if proxy.mode == "reverse":
@@ -192,6 +195,8 @@ class Proxy:
                         items[0]["embedding"] = [0.0] * len(items[0]["embedding"])
                     elif proxy.mode == "null":
                         items[-1]["embedding"] = None
+                    elif proxy.mode == "usage":  # a server's own accounting, right or wrong
+                        data["usage"] = {"prompt_tokens": proxy.usage, "total_tokens": proxy.usage}
                     elif proxy.mode == "base64":  # what encoding_format: base64 returns, sent unasked
                         import base64
                         import struct

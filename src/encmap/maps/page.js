@@ -46,15 +46,16 @@
       const pick = v => (typeof v !== "number") ? "#bbbbbb" : ramp[Math.min(4, Math.floor(t(v) * 4.999))];
       return {colour: vals.map(pick), legend: [["low " + lo, ramp[0]], ["high " + hi, ramp[4]], ["n/a", "#bbbbbb"]]};
     }
-    const counts = {};
-    for (const v of vals) counts[show(v)] = (counts[show(v)] || 0) + 1;
-    let order = uniq.sort((a, b) => counts[b] - counts[a] || (a < b ? -1 : a > b ? 1 : 0));
+    // Maps, not plain objects: a category is any string, "constructor" and "__proto__" included.
+    const counts = new Map();
+    for (const v of vals) counts.set(show(v), (counts.get(show(v)) || 0) + 1);
+    let order = uniq.sort((a, b) => counts.get(b) - counts.get(a) || (a < b ? -1 : a > b ? 1 : 0));
     if (D.numeric.includes(field)) order = uniq.sort((a, b) => (a === "n/a") - (b === "n/a") || Number(a) - Number(b));
-    const col = {};
+    const col = new Map();
     let k = 0;
-    for (const c of order) col[c] = c === "n/a" ? "#bbbbbb" : categoryColour(k++);
-    return {colour: vals.map(v => col[show(v)]),
-            legend: order.map(c => [c + " (" + counts[c] + ")", col[c], c])};
+    for (const c of order) col.set(c, c === "n/a" ? "#bbbbbb" : categoryColour(k++));
+    return {colour: vals.map(v => col.get(show(v))),
+            legend: order.map(c => [c + " (" + counts.get(c) + ")", col.get(c), c])};
   }
   function legend(entries) {
     const box = document.getElementById("legend");

@@ -14,7 +14,8 @@ from typing import Union
 import numpy as np
 import scipy.linalg
 
-from ..validation import EncmapError, check_embeddings, check_tol, in_safe_range, safe_scale_exponent
+from ..validation import (EncmapError, check_embeddings, check_real, check_real_array, check_tol, in_safe_range,
+                          safe_scale_exponent)
 
 #: Default relative tolerance: eigenvalues λ_k < tol * λ_max join the null space. Float32
 #: embeddings carry ~1e-7 relative noise, i.e. ~1e-14 in squared singular values, so 1e-12
@@ -58,12 +59,9 @@ class Spectrum:
         given, (d, r). Anything else raises :class:`EncmapError` naming the problem.
         """
         for name in ("U", "lam", "V"):  # lists and other array-likes become the float64 arrays the maths uses
-            value = getattr(self, name)
-            if value is not None and not isinstance(value, np.ndarray):
-                try:
-                    object.__setattr__(self, name, np.asarray(value, dtype=np.float64))
-                except (TypeError, ValueError) as e:
-                    raise EncmapError(f"Spectrum: {name} must be an array of numbers ({e})") from None
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, check_real_array(getattr(self, name), f"Spectrum: {name}"))
+        object.__setattr__(self, "trace", check_real(self.trace, "Spectrum: trace (tr M = ||E||_F^2)"))
         U, lam = self.U, self.lam
         if U.ndim != 2 or lam.ndim != 1 or U.shape[1] != lam.shape[0]:
             raise EncmapError(f"Spectrum: U {U.shape} and eigenvalues {lam.shape} do not match (U must be n x r, "
@@ -74,7 +72,7 @@ class Spectrum:
             raise EncmapError(f"Spectrum: eigenvalues must be positive and finite, got min {np.min(lam)!r}")
         if abs(float(lam.sum()) - 1.0) > SUM_TOL:
             raise EncmapError(f"Spectrum: eigenvalues of a density matrix sum to 1, these sum to {float(lam.sum())!r}")
-        if isinstance(self.trace, (bool, str)) or not np.isfinite(self.trace) or not self.trace > 0:
+        if not self.trace > 0:
             raise EncmapError(f"Spectrum: trace (tr M = ||E||_F^2) must be finite and > 0, got {self.trace!r}")
         if U.strides[0] != 0:  # a zero-stride stand-in (ranks only) is not a basis to check
             if not np.all(np.isfinite(U)):

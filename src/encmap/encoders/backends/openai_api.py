@@ -14,9 +14,11 @@ paying user of a map needs:
   indices out of range or repeated, vectors of another width or not finite. Nothing is cached
   from a refused response, and the embed step writes nothing for a model that fails.
 - **Order**: vectors are placed by the ``index`` each one carries, whatever order they come in.
-- **Cost**: tokens used are summed from the responses' ``usage`` (provenance and log); with
-  ``max_tokens`` the texts still to send are estimated (4 characters per token, rounded up)
-  and refused before anything is sent when the estimate exceeds it.
+- **Cost**: tokens used are summed from the responses' ``usage`` (provenance and log; a count
+  that is not an integer ≥ 0 is refused); with ``max_tokens`` the texts still to send are
+  estimated (4 characters per token, rounded up) and refused before anything is sent when the
+  entry's spend, the estimates held by its calls running now and this estimate exceed it
+  (:func:`spend`: checked and held in one step across processes).
 - **Drift** (:func:`check_drift`): a served model can change under the same name. The
   embeddings of :data:`PROBES` are fetched fresh with every run that sends anything, fingerprinted (sha256 of the unit
   vectors rounded to :data:`FINGERPRINT_DIGITS` decimals) and compared with the first ones
@@ -44,10 +46,13 @@ import sqlite3
 import sys
 import threading
 import time
+import uuid
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Iterator
 
 import numpy as np
 
@@ -64,6 +69,10 @@ TIMEOUT_S = 120.0
 #: Seconds one request's whole answer may take to arrive (a per-read timeout never trips on a
 #: server that sends a byte every few seconds).
 REQUEST_DEADLINE_S = 300.0
+#: Seconds a job waits for another job's lock on the vectors' cache (two jobs opening a fresh
+#: cache together: SQLite's switch to WAL fails at once, without its busy timeout, while another
+#: connection writes) before it is refused as locked, never as unreadable.
+LOCK_WAIT_S = 60.0
 #: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
 #: Fixed probe sentences whose embeddings fingerprint the served model.
@@ -126,14 +135,28 @@ class ResponseCache:
         self.path = Path(path) if path else cache_dir() / "api" / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.lock = threading.Lock()
-        try:
-            self.db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            with self.lock, self.db:
-                self.db.execute("PRAGMA journal_mode=WAL")
-                self.db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
-        except sqlite3.DatabaseError as e:
-            raise EncmapError(f"{self.path}: the API vectors' cache cannot be read ({e}); move it aside to fetch "
-                              "the vectors again (they are paid for again)") from None
+        deadline, pause = time.monotonic() + LOCK_WAIT_S, 0.01
+        while True:
+            db = None
+            try:
+                db = sqlite3.connect(self.path, timeout=LOCK_WAIT_S, check_same_thread=False)
+                with self.lock, db:
+                    db.execute("PRAGMA journal_mode=WAL")
+                    db.execute("CREATE TABLE IF NOT EXISTS vectors (key TEXT PRIMARY KEY, width INTEGER, data BLOB)")
+                self.db = db
+                return
+            except sqlite3.DatabaseError as e:
+                if db is not None:
+                    db.close()
+                if not _locked(e):
+                    raise EncmapError(f"{self.path}: the API vectors' cache cannot be read ({e}); move it aside to "
+                                      "fetch the vectors again (they are paid for again)") from None
+                if time.monotonic() + pause > deadline:
+                    raise EncmapError(f"{self.path}: the API vectors' cache stayed locked by another process for "
+                                      f"{LOCK_WAIT_S:g} s ({e}); the cache is intact: run again once the other "
+                                      "encmap job is done, or stop the process that holds it") from None
+                time.sleep(pause)  # another job is writing it: such locks clear in milliseconds
+                pause = min(2 * pause, 1.0)
 
     def get(self, keys: list[str]) -> dict[str, np.ndarray]:
         out = {}
@@ -152,6 +175,14 @@ class ResponseCache:
 
     def close(self) -> None:
         self.db.close()
+
+
+def _locked(e: sqlite3.DatabaseError) -> bool:
+    """Whether SQLite's error is another connection's lock (SQLITE_BUSY, SQLITE_LOCKED), not a damaged file."""
+    code = getattr(e, "sqlite_errorcode", None)
+    if code is not None:
+        return code & 0xFF in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
 
 
 class RateLimit:
@@ -207,7 +238,12 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
         raise EncmapError(f"{where} holds an all-zero vector; refused (a probe answer never becomes the reference)")
     usage = getattr(response, "usage", None)
     tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
-    return E, (int(tokens) if tokens is not None else None)
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
+        # Added to the entry's spend, a negative count would switch its budget off.
+        raise EncmapError(f"{where} reports usage.prompt_tokens {tokens!r:.40}, not a number of tokens (an integer "
+                          "≥ 0): the server's error; refused (nothing from it is kept; its tokens are counted as "
+                          "estimated)")
+    return E, tokens
 
 
 def _embedding(where: str, i: int, value) -> list | np.ndarray:
@@ -328,7 +364,12 @@ class Fetcher:
             raise EncmapError(f"model {self.model!r}: {self.spec['base_url']} answered {what} with model "
                               f"{response.model!r}, not {expected!r}; refused (nothing from it is kept). If that is "
                               f"the model you mean, set served_model: {response.model!r} in its entry")
-        E, tokens = _vectors(self.model, response, len(texts), self.width, first)
+        try:
+            E, tokens = _vectors(self.model, response, len(texts), self.width, first)
+        except EncmapError:
+            with self.lock:  # an answer arrived, and may be billed, however wrong: it counts against the budget
+                self.spent += estimate_tokens(texts)
+            raise
         with self.lock:
             self.width = self.width or E.shape[1]
             self.served.add(response.model or "not reported")
@@ -358,7 +399,7 @@ def _parse(where: str, body: bytes, ctype: str) -> SimpleNamespace:
     usage = doc.get("usage")
     tokens = usage.get("prompt_tokens") if isinstance(usage, dict) else None
     model = doc.get("model")
-    return SimpleNamespace(data=items, usage=SimpleNamespace(prompt_tokens=tokens if isinstance(tokens, int) else None),
+    return SimpleNamespace(data=items, usage=SimpleNamespace(prompt_tokens=tokens),  # checked in _vectors
                            model=model if isinstance(model, str) else None)
 
 
@@ -377,23 +418,86 @@ def _budget_key(spec: dict) -> str:
 def tokens_spent(spec: dict, ledger: Path) -> int:
     """Tokens spent so far on an entry's vectors (reported by the endpoint, else estimated)."""
     try:
-        return int(json.loads(ledger.read_text()).get(_budget_key(spec), 0)) if ledger.is_file() else 0
+        count = json.loads(ledger.read_text()).get(_budget_key(spec), 0) if ledger.is_file() else 0
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:  # a negative count: no budget at all
+            raise ValueError(f"the count {count!r:.40} is not a number of tokens")
+        return count
     except (ValueError, OSError, AttributeError) as e:
         raise EncmapError(f"{ledger}: the tokens spent per API entry cannot be read ({e}); move it aside to "
                           "start the count again") from None
 
 
-def add_spent(spec: dict, ledger: Path, tokens: int) -> None:
-    """Add ``tokens`` to an entry's count (under a lock: embed and evaluate jobs may run side by side)."""
+def _held_tokens(folder: Path, prefix: str) -> int:
+    """Tokens that running calls of an entry hold (:func:`spend`); a holder that died is dropped.
+    Call under the ledger's lock."""
+    from ...device import try_lock
+
+    held = 0
+    for path in folder.glob(f"{prefix}-*.held"):
+        fd = try_lock(path)
+        if fd is not None:  # nobody holds it: its call ended without settling (killed)
+            path.unlink(missing_ok=True)
+            os.close(fd)
+            continue
+        try:
+            held += int(path.read_text() or 0)
+        except ValueError:  # written under the same lock, so never half-written; a foreign file counts as 0
+            continue
+    return held
+
+
+@contextmanager
+def spend(model: str, spec: dict, ledger: Path, need: int | None, count: int) -> Iterator[list[int]]:
+    """The entry's budget for one call: check ``need`` (estimated tokens of ``count`` texts and the
+    probes; None: no budget) against its spend and what calls running now hold, and hold it, in one
+    step under the ledger's lock; yields a one-item list the call sets to the tokens it used, recorded
+    on exit as the hold is dropped. The embed and evaluate jobs of one entry run side by side, in
+    other processes: checked apart, both passed a budget one of them filled.
+
+    A hold is a file in ``<ledger>.held/`` under an exclusive ``flock`` for as long as the call
+    runs: the kernel releases it however the process ends, so a killed call holds nothing.
+    """
     from filelock import FileLock
 
+    from ...device import try_lock
+
+    lock, used, mine, fd = FileLock(str(ledger) + ".lock"), [0], None, None
+    if need is not None:
+        folder = ledger.with_name(ledger.name + ".held")
+        folder.mkdir(parents=True, exist_ok=True)
+        prefix = hashlib.sha256(_budget_key(spec).encode()).hexdigest()[:16]
+        with lock:
+            spent, held = tokens_spent(spec, ledger), _held_tokens(folder, prefix)
+            if spent + held + need > spec["max_tokens"]:
+                running = f" and {held:,} tokens held by calls of this entry running now" if held else ""
+                raise EncmapError(f"model {model!r}: about {need:,} tokens to send for {count:,} texts not in the "
+                                  f"cache and the drift probes ({CHARS_PER_TOKEN} characters per token), with "
+                                  f"{spent:,} already spent on this entry by earlier calls{running}, over its "
+                                  f"max_tokens {spec['max_tokens']:,}; nothing was sent")
+            mine = folder / f"{prefix}-{uuid.uuid4().hex}.held"
+            fd = try_lock(mine)
+            os.write(fd, str(need).encode())
+    try:
+        yield used
+    finally:
+        if used[0] or mine is not None:
+            _settle(spec, ledger, lock, used[0], mine, fd)
+
+
+def _settle(spec: dict, ledger: Path, lock, tokens: int, hold: Path | None, fd: int | None) -> None:
+    """Add ``tokens`` to the entry's count and drop its hold in one step under ``lock`` (never
+    counted twice, nor not at all, by a call checking meanwhile)."""
     from ...io import replace_shared_text
 
     ledger.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(ledger) + ".lock"):
-        counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
-        counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
-        replace_shared_text(ledger, json.dumps(counts, sort_keys=True))
+    with lock:
+        if tokens:
+            counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
+            counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
+            replace_shared_text(ledger, json.dumps(counts, sort_keys=True))
+        if hold is not None:
+            hold.unlink(missing_ok=True)
+            os.close(fd)
 
 
 def estimate_tokens(texts: list[str]) -> int:
@@ -483,21 +587,15 @@ def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None
         have = cache.get(keys)
         todo = [i for i, k in enumerate(keys) if k not in have]
         ledger = (Path(fingerprints).parent if fingerprints else cache_dir() / "api") / "spent.json"
-        if spec["max_tokens"] is not None and todo:
-            # The budget is the entry's, across every call (embed, evaluate, place), the probes included.
-            need = estimate_tokens([texts[i] for i in todo]) + estimate_tokens(list(PROBES))
-            spent = tokens_spent(spec, ledger)
-            if spent + need > spec["max_tokens"]:
-                raise EncmapError(f"model {model!r}: about {need:,} tokens to send for {len(todo):,} texts not in the "
-                                  f"cache and the drift probes ({CHARS_PER_TOKEN} characters per token), with "
-                                  f"{spent:,} already spent on this entry by earlier calls, over its max_tokens "
-                                  f"{spec['max_tokens']:,}; nothing was sent")
-        fetch = Fetcher(model, spec, cache)
-        try:
-            return _fetch_all(model, spec, texts, keys, have, todo, fetch, fingerprints)
-        finally:
-            if fetch.spent:
-                add_spent(spec, ledger, fetch.spent)
+        # The budget is the entry's, across every call (embed, evaluate, place), the probes included.
+        need = (estimate_tokens([texts[i] for i in todo]) + estimate_tokens(list(PROBES))
+                if spec["max_tokens"] is not None and todo else None)
+        with spend(model, spec, ledger, need, len(todo)) as used:
+            fetch = Fetcher(model, spec, cache)
+            try:
+                return _fetch_all(model, spec, texts, keys, have, todo, fetch, fingerprints)
+            finally:
+                used[0] = fetch.spent
     finally:
         if own:
             cache.close()
