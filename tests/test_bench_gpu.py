@@ -14,7 +14,7 @@ from support.device_env import bare_python
 from support.project import BIN, REPO, write_user_file
 
 
-@pytest.mark.slow(minutes=2)
+@pytest.mark.slow(minutes=3)
 def test_the_gpu_pack_runs_on_a_bare_machine_and_its_ratios_are_its_timings(tmp_path):
     sentences = write_user_file(tmp_path / "s.txt", 80)
     pack = tmp_path / "pack"
@@ -28,7 +28,8 @@ def test_the_gpu_pack_runs_on_a_bare_machine_and_its_ratios_are_its_timings(tmp_
                 ENCMAP_GPU_LOCK_DIR=str(tmp_path / "locks"))
     for key in ("ENCMAP_CACHE", "PYTHONPATH", "VIRTUAL_ENV"):
         bare.pop(key, None)
-    r = subprocess.run(["bash", str(pack / "run.sh"), "--small", "--device", "cpu", "--n", "80", "--m", "5"],
+    r = subprocess.run(["bash", str(pack / "run.sh"), "--small", "--device", "cpu", "--n", "80", "--m", "5",
+                        "--parts", "embed,dtypes,pairwise,big", "--big", "mistral-7b,qwen2-1.5b-all-layers"],
                        cwd=tmp_path, env=bare, capture_output=True, text=True)
     log = (out / "bench.log").read_text()
     assert r.returncode == 0, log[-4000:] + (out / "pytest.log").read_text()[-2000:]
@@ -50,6 +51,17 @@ def test_the_gpu_pack_runs_on_a_bare_machine_and_its_ratios_are_its_timings(tmp_
     pw = res["pairwise"]["cpu"]
     assert pw["pairs_computed"] == 10 and pw["step_vs_floor"] == pytest.approx(pw["step_seconds"] / pw["floor_seconds"])
     assert "pairwise m=5 n=80 on cpu" in log and "encode's time" in log
+    # The big models as the catalogue writes them (tiny here): the ratios are the timings'.
+    big = res["big"]
+    for run, encoders in (("mistral-7b", 1), ("qwen2-1.5b-all-layers", 3)):
+        r, f, c = big[run], big[run]["forward"], big[run]["chain"]
+        assert r["dtype"] == "bfloat16" and r["pooling"] == ["last"] and r["batch_size"] == 16
+        assert f["fraction_of_gemm"] == pytest.approx(f["tflop_per_s"] / big["gemm_bf16_tflop_per_s"])
+        assert f["tflop_per_s"] == pytest.approx(f["tflop"] / f["seconds"]) and f["real_tokens"] <= f["padded_tokens"]
+        assert r["chain_vs_forward"] == pytest.approx(c["seconds"] / f["seconds"])
+        assert c["seconds"] == pytest.approx(c["embed_seconds"] + c["pip_seconds"] + c["features_seconds"])
+        assert c["encoders"] == encoders and c["host_peak_mib"] > 100 and c["batch_tokens_used"] is None  # CPU
+        assert f"{run} " in log and "of the bf16 GEMM" in log
 
 
 def test_a_cut_short_run_keeps_what_it_measured(tmp_path):
@@ -70,3 +82,27 @@ def test_a_cut_short_run_keeps_what_it_measured(tmp_path):
     assert "cut short" in lines[0] and len(lines) == 2 and "1.20x encode's time" in lines[1]
     assert bench.vs_encode({"seconds": 3.0}, {"seconds": 2.0, "load_seconds": 1.0}) == {
         "time_vs_encode": 1.0, "time_vs_encode_pass_only": 1.5}
+
+
+def test_the_big_models_have_their_published_sizes():
+    """bench_gpu.py's big models, built on torch's meta device from the configurations written in
+    it: the parameter counts of the published checkpoints (Mistral-7B-v0.1's 7,241,732,096 less
+    its 32,000 x 4,096 LM head; gte-Qwen2-1.5B-instruct's 1,543,268,864), and their catalogue
+    entries as `encmap catalogue` writes a decoder above 1 B parameters."""
+    import importlib.util
+
+    import torch
+    import transformers
+
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks/bench_gpu.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    want = {"mistral-7b": 7_241_732_096 - 32_000 * 4096, "qwen2-1.5b": 1_543_268_864}
+    assert bench.BIG_PARAMETERS == want
+    for name, (cls, sizes, _) in bench.BIG_MODELS.items():
+        with torch.device("meta"):
+            net = transformers.AutoModel.from_config(getattr(transformers, cls)(**sizes))
+        assert sum(p.numel() for p in net.parameters()) == want[name], name
+        entry = bench.catalogue_spec(name, "all", REPO, sizes["num_hidden_layers"], want[name])
+        assert (entry["dtype"], entry["pooling"], entry["batch_size"], entry["layers"], entry["num_layers"]) == (
+            "bfloat16", ["last"], 16, "all", sizes["num_hidden_layers"])
