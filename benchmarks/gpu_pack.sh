@@ -10,6 +10,12 @@
 #   bash benchmarks/gpu_pack.sh [SENTENCES]    # default: data/sentences/default.txt (curate makes it);
 #                                              # GPU_PACK_DEST=DIR packs elsewhere than .gpu
 #   then, on the GPU machine, carrying .gpu:   bash .gpu/run.sh     ($OUT/gpu.json, bench.log, pytest.log)
+#
+# GPU_PACK_WORKFLOW=1: Snakemake's wheels too (benchmarks/gpu_wheels.py: what Snakemake needs at the
+# lock's versions, compiled ones for this Python and the card's 3.12; PuLP left out; cached in
+# GPU_WHEELS, default .gpu-wheels) and the workflow (Snakefile, rules, scripts, profiles), without
+# MiniLM (45 MB: the pack would pass the 64 MiB carry); there: python3 wheels/gpu_wheels.py unpack
+# wheels /tmp/site and PYTHONPATH=/tmp/site:src python3 -m snakemake ...
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SENTENCES=$(realpath -ms "${1:-$ROOT/data/sentences/default.txt}")
@@ -27,8 +33,14 @@ cp benchmarks/bench_gpu.py benchmarks/gpu_probe.py "$tmp/benchmarks/"
 cp benchmarks/gpu_run.sh "$tmp/run.sh"
 cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py tests/test_running_checks.py "$tmp/tests/"
 cp "$SENTENCES" "$tmp/data/sentences.txt"
+if [ "${GPU_PACK_WORKFLOW:-0}" = 1 ]; then
+  WHEELS=$(realpath -ms "${GPU_WHEELS:-$ROOT/.gpu-wheels}")
+  "$PY" benchmarks/gpu_wheels.py download "$WHEELS"
+  mkdir -p "$tmp/wheels" && cp "$WHEELS"/*.whl benchmarks/gpu_wheels.py "$tmp/wheels/"
+  cp -r Snakefile rules scripts profiles requirements "$tmp/"
+fi
 find "$tmp" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
-"$PY" - "$tmp/models/minilm-l6" <<'PY'
+[ "${GPU_PACK_WORKFLOW:-0}" = 1 ] || "$PY" - "$tmp/models/minilm-l6" <<'PY'
 import shutil
 import sys
 from pathlib import Path

@@ -106,3 +106,45 @@ def test_the_big_models_have_their_published_sizes():
         entry = bench.catalogue_spec(name, "all", REPO, sizes["num_hidden_layers"], want[name])
         assert (entry["dtype"], entry["pooling"], entry["batch_size"], entry["layers"], entry["num_layers"]) == (
             "bfloat16", ["last"], 16, "all", sizes["num_hidden_layers"])
+
+
+@pytest.mark.slow(minutes=1)
+def test_the_workflow_pack_carries_snakemake_to_a_bare_machine(tmp_path):
+    """GPU_PACK_WORKFLOW=1: Snakemake's wheels travel inside the carry's 64 MiB, and unpacked on a
+    Python that has only the card's packages (no pip), Snakemake parses the workflow (a dry run of
+    a tiny project's embed, pip, features, gather and pairwise jobs)."""
+    import yaml
+    from support.models import build_tiny_bert
+    from support.project import tiny_params
+
+    sentences = write_user_file(tmp_path / "s.txt", 80)
+    pack = tmp_path / "pack"
+    env = dict(os.environ, GPU_PACK_DEST=str(pack), PYTHON=str(BIN / "python"), GPU_PACK_WORKFLOW="1",
+               GPU_WHEELS=str(REPO / ".gpu-wheels"))
+    r = subprocess.run(["bash", str(REPO / "benchmarks/gpu_pack.sh"), str(sentences)], env=env,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-3000:]
+    size = sum(f.stat().st_size for f in pack.rglob("*") if f.is_file())
+    tree = int(subprocess.run(["git", "ls-files", "-z"], cwd=REPO, capture_output=True).stdout.count(b"\0"))
+    assert size < 48 * 2**20 and tree  # the pack, with the checkout that travels beside it, under 64 MiB
+    print(f"workflow pack: {size / 2**20:.1f} MiB")
+    assert not (pack / "models/minilm-l6").exists() and list((pack / "wheels").glob("snakemake-9*.whl"))
+    py = str(bare_python(tmp_path / "bare"))
+    site = tmp_path / "site"
+    r = subprocess.run([py, str(pack / "wheels/gpu_wheels.py"), "unpack", str(pack / "wheels"), str(site)],
+                       capture_output=True, text=True)
+    assert r.returncode == 0 and "snakemake" in r.stdout.split(), r.stderr
+    project = tmp_path / "project"
+    project.mkdir()
+    for name in ("Snakefile", "rules", "scripts", "profiles", "requirements"):
+        os.symlink(pack / name, project / name)
+    params = tiny_params(build_tiny_bert(tmp_path / "bert"), sentences, n=60)
+    (project / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    bare = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "ENCMAP_CACHE")}
+    bare["PYTHONPATH"] = f"{pack / 'src'}:{site}"
+    r = subprocess.run([py, "-m", "snakemake", "results/similarity/qre_pairwise.h5", "--cores", "all", "--scheduler",
+                        "greedy", "-n"], cwd=project, env=bare,
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for rule in ("embed", "pip", "features", "gather", "pairwise"):
+        assert f"rule {rule}:" in r.stdout + r.stderr, rule
