@@ -14,8 +14,9 @@
 # GPU_PACK_WORKFLOW=1: Snakemake's wheels too (benchmarks/gpu_wheels.py: what Snakemake needs at the
 # lock's versions, compiled ones for this Python and the card's 3.12; PuLP left out; cached in
 # GPU_WHEELS, default .gpu-wheels) and the workflow (Snakefile, rules, scripts, profiles), without
-# MiniLM (45 MB: the pack would pass the 64 MiB carry); there: python3 wheels/gpu_wheels.py unpack
-# wheels /tmp/site and PYTHONPATH=/tmp/site:src python3 -m snakemake ...
+# MiniLM (45 MB: the pack would pass the 64 MiB carry), with gpu_workflow.sh as workflow.sh: there,
+# bash .gpu-workflow/workflow.sh runs one real snakemake of a tiny project on the card and on the
+# CPU and compares them ($OUT/workflow.json).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SENTENCES=$(realpath -ms "${1:-$ROOT/data/sentences/default.txt}")
@@ -36,8 +37,12 @@ cp "$SENTENCES" "$tmp/data/sentences.txt"
 if [ "${GPU_PACK_WORKFLOW:-0}" = 1 ]; then
   WHEELS=$(realpath -ms "${GPU_WHEELS:-$ROOT/.gpu-wheels}")
   "$PY" benchmarks/gpu_wheels.py download "$WHEELS"
-  mkdir -p "$tmp/wheels" && cp "$WHEELS"/*.whl benchmarks/gpu_wheels.py "$tmp/wheels/"
-  cp -r Snakefile rules scripts profiles requirements "$tmp/"
+  mkdir -p "$tmp/wheels" "$tmp/data/gensim" && cp "$WHEELS"/*.whl benchmarks/gpu_wheels.py "$tmp/wheels/"
+  cp -r Snakefile rules scripts profiles envs requirements "$tmp/"
+  cp benchmarks/gpu_workflow.py "$tmp/benchmarks/" && cp benchmarks/gpu_workflow.sh "$tmp/workflow.sh"
+  # The tasks' data (lee, polarity: gensim's test files, 60 kB; gensim itself is not there)
+  "$PY" -c "import shutil, sys; from encmap.io import gensim_test_data; from encmap.downstream.tasks import GENSIM_FILES
+for f in GENSIM_FILES: shutil.copy(gensim_test_data('the pack') / f, sys.argv[1])" "$tmp/data/gensim"
 fi
 find "$tmp" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
 [ "${GPU_PACK_WORKFLOW:-0}" = 1 ] || "$PY" - "$tmp/models/minilm-l6" <<'PY'
@@ -58,4 +63,4 @@ save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in w.
           str(dst / "model.safetensors"))
 PY
 rm -rf "$DEST" && mv "$tmp" "$DEST"
-echo "gpu_pack: $DEST is $(du -sm "$DEST" | cut -f1) MB; on the GPU machine: bash $DEST/run.sh"
+echo "gpu_pack: $DEST is $(du -sm "$DEST" | cut -f1) MB; on the GPU machine: bash $DEST/$([ "${GPU_PACK_WORKFLOW:-0}" = 1 ] && echo workflow.sh || echo run.sh)"
