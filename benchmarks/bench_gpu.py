@@ -297,6 +297,258 @@ def _cpu_gemm_rate(n: int, k: int = 2048) -> float:
     best = min(timed("cpu", lambda: A.T @ B)[1] for _ in range(3))
     return 2.0 * n * k * k / best
 
+#: The catalogue's big end, in the published sizes of the checkpoints it names (their config.json):
+#: e5-mistral-7b-instruct and SFR-Embedding-Mistral are Mistral-7B-v0.1 (32 layers, width 4,096);
+#: gte-Qwen2-1.5B-instruct is Qwen2-1.5B (28 layers, width 1,536). Name -> (transformers' config
+#: class, its sizes, the hub name the catalogue's entry is written for).
+BIG_MODELS = {
+    "mistral-7b": ("MistralConfig", {"vocab_size": 32000, "hidden_size": 4096, "intermediate_size": 14336,
+                                     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                     "max_position_embeddings": 32768, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+                                     "sliding_window": 4096}, "intfloat/e5-mistral-7b-instruct"),
+    "qwen2-1.5b": ("Qwen2Config", {"vocab_size": 151646, "hidden_size": 1536, "intermediate_size": 8960,
+                                   "num_hidden_layers": 28, "num_attention_heads": 12, "num_key_value_heads": 2,
+                                   "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6},
+                   "Alibaba-NLP/gte-Qwen2-1.5B-instruct"),
+}
+#: Their parameters (the models without an LM head), as the registry's record gives the catalogue:
+#: the entry is the big model's (bfloat16, batch 16) also when ``--tiny`` runs it at a CPU's size.
+BIG_PARAMETERS = {"mistral-7b": 7_110_660_096, "qwen2-1.5b": 1_543_268_864}
+#: ``--tiny``: the same architectures at a CPU's size (MiniLM's vocabulary: its tokenizer is used).
+TINY_SIZES = {"vocab_size": 30522, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+              "num_attention_heads": 4, "num_key_value_heads": 2}
+#: The runs of the big part: name -> (model, layers). The catalogue writes the output alone
+#: (``layers: []``); one run pools every layer too (``layers: all``, last-token pooling).
+BIG_RUNS = {"mistral-7b": ("mistral-7b", []), "qwen2-1.5b": ("qwen2-1.5b", []),
+            "qwen2-1.5b-all-layers": ("qwen2-1.5b", "all")}
+
+
+def catalogue_spec(name: str, layers, path: Path, n_layers: int, parameters: int) -> dict:
+    """The params entry ``encmap catalogue`` writes for the big model ``name`` (its own function,
+    on a registry record with the model's figures), pointed at ``path``, with ``layers``."""
+    from encmap.encoders.catalogue import entry
+    from encmap.encoders.variants import science_spec
+
+    cls, _, hub = BIG_MODELS[name]
+    record = {"name": hub, "n_parameters": parameters, "config_model_type": cls.removesuffix("Config").lower(),
+              "config_bidirectional": False, "document_prompt": "", "passage_instruction": None,
+              "release_date": "2024-01-01", "max_tokens": 32768, "revision": None, "trust_remote_code": False,
+              "languages": ["eng-Latn"], "adapted_from": None, "embed_dim": None, "license": None,
+              "use_instructions": True, "has_model_prompts": False, "instruction_template": None}
+    spec = science_spec(entry(record, {hub: record})) | {"source": f"path:{path}", "layers": layers}
+    return spec | ({"num_layers": n_layers} if layers == "all" else {})
+
+
+def make_big(name: str, dest: Path, tiny: bool, minilm: Path, dev: str) -> tuple[Path, int, int]:
+    """A sentence-transformers folder of ``name`` (random weights, seed 0, made on ``dev`` in
+    bfloat16 from its configuration; MiniLM's tokenizer), written to disk as the hub's would be:
+    Transformer -> last-token Pooling -> Normalize (e5-mistral's and gte-Qwen2's stack).
+    Returns (folder, layers, parameters)."""
+    import transformers
+    from transformers import AutoModel, AutoTokenizer
+
+    torch = _torch()
+    cls, sizes, _ = BIG_MODELS[name]
+    cfg = getattr(transformers, cls)(**(sizes | (TINY_SIZES if tiny else {})))
+    torch.manual_seed(0)
+    with torch.device(dev):  # made on the card: a 7 B model never passes through the host's float32
+        net = AutoModel.from_config(cfg, dtype=torch.bfloat16)
+    parameters = sum(p.numel() for p in net.parameters())
+    net.save_pretrained(dest)
+    del net
+    fresh(dev)
+    # A decoder takes no token_type_ids: the tokenizer is told to make none.
+    AutoTokenizer.from_pretrained(minilm, model_input_names=["input_ids", "attention_mask"]).save_pretrained(dest)
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+               {"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"}]
+    (dest / "modules.json").write_text(json.dumps(modules))
+    (dest / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 512, "do_lower_case": False}))
+    pooling = {f"pooling_mode_{m}": m == "lasttoken" for m in ("cls_token", "mean_tokens", "max_tokens",
+                                                                  "mean_sqrt_len_tokens", "weightedmean_tokens",
+                                                                  "lasttoken")}
+    (dest / "1_Pooling").mkdir()
+    (dest / "1_Pooling/config.json").write_text(json.dumps({"word_embedding_dimension": cfg.hidden_size} | pooling))
+    (dest / "2_Normalize").mkdir()
+    return dest, cfg.num_hidden_layers, parameters
+
+
+class HostPeak:
+    """The process's peak resident memory over a ``with`` block: the kernel's high-water mark
+    (``VmHWM``) reset at entry through ``/proc/self/clear_refs``, and a 20 ms sampler of ``VmRSS``
+    where that reset is refused; ``mib`` after the block."""
+
+    def __enter__(self):
+        import threading
+
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+            self.reset = True
+        except OSError:
+            self.reset = False
+        self.sampled, self.stop = 0, threading.Event()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+        return self
+
+    @staticmethod
+    def _status(key: str) -> int:
+        try:
+            for line in Path("/proc/self/status").read_text().splitlines():
+                if line.startswith(key + ":"):
+                    return int(line.split()[1]) * 1024
+        except OSError:
+            pass
+        return 0
+
+    def _sample(self) -> None:
+        while not self.stop.wait(0.02):
+            self.sampled = max(self.sampled, self._status("VmRSS"))
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+        self.mib = max(self.sampled, self._status("VmHWM") if self.reset else 0) / 2**20
+        return False
+
+
+def bf16_gemm_rate(dev: str, k: int, repeats: int = 5) -> float:
+    """FLOP/s of a dense bfloat16 (k x k) @ (k x k) product on ``dev``, best of ``repeats``: the
+    card's matrix rate the forward passes are held against."""
+    torch = _torch()
+    g = torch.Generator(device="cpu").manual_seed(2)
+    A = torch.randn(k, k, generator=g).to(dev, torch.bfloat16)
+    B = torch.randn(k, k, generator=g).to(dev, torch.bfloat16)
+    A @ B  # warm-up: the kernel chosen
+    best = min(timed(dev, lambda: A @ B)[1] for _ in range(repeats))
+    return 2.0 * k ** 3 / best
+
+
+def forward_alone(path: Path, spec: dict, texts: list[str], dev: str) -> dict:
+    """The model's forward pass alone, as servers measure it: the model loaded (timed apart), every
+    batch tokenised and on the device before the clock starts, no hidden state kept or pooled.
+    Batches as the project's pass makes them (``batch_tokens: auto``: a budget on a card, the
+    entry's ``batch_size`` elsewhere). FLOP: 2 x the non-embedding parameters x padded tokens, plus
+    attention's 4 x layers x width x padded length per padded token."""
+    from sentence_transformers import SentenceTransformer
+
+    from encmap.encoders.backends.transformer import auto_batch_tokens, hidden_width, torch_dtype
+    from encmap.encoders.result import length_order, token_batches
+
+    torch = _torch()
+
+    def load():
+        st = SentenceTransformer(str(path), device=dev, model_kwargs={"dtype": torch_dtype(spec["dtype"])})
+        st.max_seq_length = spec["max_seq_length"]
+        return st
+
+    st, load_s = timed(dev, load)
+    net = st[0].auto_model.eval()
+    budget = auto_batch_tokens(net.config, spec, dev, hidden_width(net.config))
+    if budget:
+        lengths = np.array([len(x) for x in st.tokenizer(texts, truncation=True,
+                                                          max_length=spec["max_seq_length"])["input_ids"]])
+        batches = token_batches(lengths, budget)
+    else:
+        order = length_order(texts)
+        batches = [order[i:i + spec["batch_size"]] for i in range(0, len(order), spec["batch_size"])]
+    # The model's own inputs (preprocess also names the task and the texts' sources).
+    inputs = [{k: v.to(dev) for k, v in st.preprocess([texts[i] for i in b]).items()
+               if k in ("input_ids", "attention_mask")} for b in batches]
+    with torch.inference_mode():
+        net(**inputs[0])  # warm-up: kernels chosen, the allocator's pools grown
+        fresh(dev)
+
+        def run():
+            for x in inputs:
+                net(**x)
+
+        _, s = timed(dev, run)
+    emb = net.get_input_embeddings().weight.numel()
+    params = sum(p.numel() for p in net.parameters())
+    cfg = net.config
+    padded = sum(x["input_ids"].numel() for x in inputs)
+    real = int(sum(int(x["attention_mask"].sum()) for x in inputs))
+    attention = sum(4 * cfg.num_hidden_layers * cfg.hidden_size * x["input_ids"].shape[1] * x["input_ids"].numel()
+                    for x in inputs)
+    flop = 2.0 * (params - emb) * padded + attention
+    out = {"seconds": s, "load_seconds": load_s, "batches": len(inputs), "batch_tokens": budget,
+           "real_tokens": real, "padded_tokens": padded, "real_tokens_per_s": real / s, "tflop": flop / 1e12,
+           "tflop_per_s": flop / s / 1e12, "parameters": params, "peak_mib": peak_mib(dev)}
+    del st, net, inputs
+    fresh(dev)
+    return out
+
+
+def chain(model: str, spec: dict, sentences: Path, n: int, dev: str, work: Path) -> dict:
+    """One model's whole chain as the pipeline runs it, each step through its own function:
+    embed (load from disk, tokenise, forward, copy, checks, write), then every encoder's PIP and
+    QRE features; seconds per step, and the host's peak resident memory over the chain."""
+    from encmap.encoders.embed import FORWARD_DEFAULTS
+    from encmap.pipeline.embed import embed_step
+    from encmap.pipeline.features import features_step
+    from encmap.pipeline.pip import pip_step
+
+    edir, out = work / "embeddings" / model, {}
+    with HostPeak() as peak:
+        ids, out["embed_seconds"] = timed(dev, lambda: embed_step(model, spec, str(sentences), str(edir), device=dev,
+                                                                   n=n, forward=FORWARD_DEFAULTS))
+        t = time.perf_counter()
+        for eid in ids:
+            pip_step(str(edir), eid, str(work / f"pip/{model}/{eid}.h5"), tol=1e-12, dense_max_n=0, center=False,
+                     normalize_rows=False)
+        out["pip_seconds"] = time.perf_counter() - t
+        t = time.perf_counter()
+        for eid in ids:
+            features_step(str(work / f"pip/{model}/{eid}.h5"), str(work / f"features/{model}/{eid}.h5"),
+                          direction="forward", eps=1e-6)
+        out["features_seconds"] = time.perf_counter() - t
+    from encmap.io import read_h5
+
+    _, attrs = read_h5(edir / f"{ids[0]}.h5", [])
+    prov = attrs["provenance"] if isinstance(attrs["provenance"], dict) else json.loads(attrs["provenance"])
+    out |= {"encoders": len(ids), "host_peak_mib": peak.mib,
+            "seconds": out["embed_seconds"] + out["pip_seconds"] + out["features_seconds"],
+            "batch_tokens_used": prov.get("batch_tokens_used"), "batches": prov.get("batches")}
+    return out
+
+
+def big_part(texts: list[str], dev: str, work: Path, tiny: bool, runs: tuple[str, ...], log, out: dict,
+             minilm: Path) -> dict:
+    """The catalogue's big models as they would run: the card's bf16 matrix rate, then per run the
+    forward pass alone (its rate as a share of that) and the whole chain against it."""
+    import hashlib
+
+    from encmap.io import atomic_write_text
+
+    if "gemm_bf16_tflop_per_s" not in out:
+        out["gemm_bf16_tflop_per_s"] = bf16_gemm_rate(dev, 256 if tiny else 8192) / 1e12
+        log("bf16 GEMM", f"{out['gemm_bf16_tflop_per_s']:.4g} TFLOP/s")
+    sentences = work / "big" / "sentences.txt"
+    sentences.parent.mkdir(parents=True, exist_ok=True)
+    body = "".join(t + "\n" for t in texts)
+    atomic_write_text(sentences, body)
+    atomic_write_text(sentences.with_suffix(".sha256"), hashlib.sha256(body.encode("utf-8")).hexdigest() + "  s\n")
+    made: dict[str, tuple[Path, int, int]] = {}
+    for run in runs:
+        name, layers = BIG_RUNS[run]
+        if name not in made:
+            t = time.perf_counter()
+            made[name] = make_big(name, work / "big" / name, tiny, minilm, dev)
+            log(name, f"made and written in {time.perf_counter() - t:.1f} s", f"{made[name][2]:,} parameters")
+        path, n_layers, parameters = made[name]
+        spec = catalogue_spec(name, layers, path, n_layers, BIG_PARAMETERS[name])
+        r = out[run] = {"layers": layers, "dtype": spec["dtype"], "pooling": spec["pooling"],
+                        "batch_size": spec["batch_size"]}
+        r["forward"] = forward_alone(path, spec, texts, dev)
+        r["forward"]["fraction_of_gemm"] = r["forward"]["tflop_per_s"] / out["gemm_bf16_tflop_per_s"]
+        log(run, "forward alone", r["forward"])
+        r["chain"] = chain(run, spec, sentences, len(texts), dev, work / "big")
+        r["chain_vs_forward"] = r["chain"]["seconds"] / r["forward"]["seconds"]
+        r["chain_vs_forward_and_load"] = r["chain"]["seconds"] / (r["forward"]["seconds"] + r["forward"]["load_seconds"])
+        log(run, "chain", r["chain"])
+    return out
+
 
 def summary(res: dict) -> list[str]:
     """The ratios, one line each."""
@@ -314,6 +566,15 @@ def summary(res: dict) -> list[str]:
         if d and "weights_vs_float32" in d:
             lines.append(f"bert-base {dtype:9s} best vs float32 best: encode {d['encode_speedup_vs_float32']:.2f}x, "
                          f"project {d['project_speedup_vs_float32']:.2f}x; weights {d['weights_vs_float32']:.2f}x")
+    big = res.get("big", {})
+    for run in BIG_RUNS:
+        r = big.get(run)
+        if r and "chain_vs_forward" in r:
+            f, c = r["forward"], r["chain"]
+            lines.append(f"{run:22s} forward {f['tflop_per_s']:.3g} TFLOP/s = {f['fraction_of_gemm']:.0%} of the bf16 GEMM "
+                         f"({big['gemm_bf16_tflop_per_s']:.3g}); {f['real_tokens_per_s']:,.0f} real tokens/s; chain "
+                         f"{c['seconds']:.1f} s = {r['chain_vs_forward']:.2f}x the pass ({f['seconds']:.1f} s; load "
+                         f"{f['load_seconds']:.1f} s); host peak {c['host_peak_mib']:,.0f} MiB")
     for d, r in res.get("pairwise", {}).items():
         if isinstance(r, dict) and "step_vs_floor" in r:
             lines.append(f"pairwise m={res['pairwise']['m']} n={res['pairwise']['n']} on {d}: step "
@@ -325,12 +586,14 @@ def summary(res: dict) -> list[str]:
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--small", action="store_true", help="n = 200, tiny models, m = 6: a CPU smoke run")
+    ap.add_argument("--tiny", action="store_true", help="the big part's models at a CPU's size (same architectures)")
+    ap.add_argument("--big", default=",".join(BIG_RUNS), help=f"the big part's runs (comma-separated; {', '.join(BIG_RUNS)})")
     ap.add_argument("--sentences", default=str(ROOT / "data/sentences/default.txt"))
     ap.add_argument("--n", type=int, default=None, help="sentences (default 10,000; --small 200)")
     ap.add_argument("--m", type=int, default=None, help="encoders in the pairwise part (default 100; --small 6)")
     ap.add_argument("--batch-tokens", type=int, default=8192)
     ap.add_argument("--device", default=None, help="default: cuda when there is one, else cpu")
-    ap.add_argument("--parts", default="embed,dtypes,pairwise")
+    ap.add_argument("--parts", default="embed,dtypes,pairwise", help="embed, dtypes, pairwise, big")
     ap.add_argument("--keys", default=",".join(EMBED_KEYS), help="the embed part's measurements (comma-separated)")
     ap.add_argument("--out", default=None, help="write every measurement here (JSON), after each one: "
                     "what a run cut short by a time limit measured is kept")
@@ -354,6 +617,9 @@ def main(argv: list[str] | None = None) -> dict:
     keys = tuple(a.keys.split(","))
     if set(keys) - set(EMBED_KEYS):
         ap.error(f"--keys: unknown {sorted(set(keys) - set(EMBED_KEYS))} (known: {', '.join(EMBED_KEYS)})")
+    runs = tuple(a.big.split(","))
+    if set(runs) - set(BIG_RUNS):
+        ap.error(f"--big: unknown {sorted(set(runs) - set(BIG_RUNS))} (known: {', '.join(BIG_RUNS)})")
 
     def log(*x) -> None:
         print(*[json.dumps(v, default=float)[:240] if isinstance(v, dict) else v for v in x], flush=True)
@@ -362,7 +628,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     with tempfile.TemporaryDirectory(prefix="bench-gpu-") as tmp:
         work = Path(tmp)
-        if "embed" in parts or "dtypes" in parts:
+        if "embed" in parts or "dtypes" in parts or "big" in parts:
             from encmap.io import read_sentences
 
             texts = read_sentences(Path(a.sentences))[:n]
@@ -372,6 +638,8 @@ def main(argv: list[str] | None = None) -> dict:
                 embed_part(texts, dev, work, a.small, a.batch_tokens, log, res.setdefault("embed", {}), minilm, keys)
             if "dtypes" in parts:
                 dtype_part(texts, dev, work, a.small, log, res.setdefault("dtypes", {}), minilm)
+            if "big" in parts:
+                big_part(texts, dev, work, a.tiny or a.small, runs, log, res.setdefault("big", {}), minilm)
         if "pairwise" in parts:
             pairwise_part(m, n, dev, work, log, res.setdefault("pairwise", {}))
     res["complete"] = True

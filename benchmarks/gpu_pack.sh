@@ -10,6 +10,13 @@
 #   bash benchmarks/gpu_pack.sh [SENTENCES]    # default: data/sentences/default.txt (curate makes it);
 #                                              # GPU_PACK_DEST=DIR packs elsewhere than .gpu
 #   then, on the GPU machine, carrying .gpu:   bash .gpu/run.sh     ($OUT/gpu.json, bench.log, pytest.log)
+#
+# GPU_PACK_WORKFLOW=1: Snakemake's wheels too (benchmarks/gpu_wheels.py: what Snakemake needs at the
+# lock's versions, compiled ones for this Python and the card's 3.12; PuLP left out; cached in
+# GPU_WHEELS, default .gpu-wheels) and the workflow (Snakefile, rules, scripts, profiles), without
+# MiniLM (45 MB: the pack would pass the 64 MiB carry), with gpu_workflow.sh as workflow.sh: there,
+# bash .gpu-workflow/workflow.sh runs one real snakemake of a tiny project on the card and on the
+# CPU and compares them ($OUT/workflow.json).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SENTENCES=$(realpath -ms "${1:-$ROOT/data/sentences/default.txt}")
@@ -27,8 +34,18 @@ cp benchmarks/bench_gpu.py benchmarks/gpu_probe.py "$tmp/benchmarks/"
 cp benchmarks/gpu_run.sh "$tmp/run.sh"
 cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py tests/test_running_checks.py "$tmp/tests/"
 cp "$SENTENCES" "$tmp/data/sentences.txt"
+if [ "${GPU_PACK_WORKFLOW:-0}" = 1 ]; then
+  WHEELS=$(realpath -ms "${GPU_WHEELS:-$ROOT/.gpu-wheels}")
+  "$PY" benchmarks/gpu_wheels.py download "$WHEELS"
+  mkdir -p "$tmp/wheels" "$tmp/data/gensim" && cp "$WHEELS"/*.whl benchmarks/gpu_wheels.py "$tmp/wheels/"
+  cp -r Snakefile rules scripts profiles envs requirements "$tmp/"
+  cp benchmarks/gpu_workflow.py "$tmp/benchmarks/" && cp benchmarks/gpu_workflow.sh "$tmp/workflow.sh"
+  # The tasks' data (lee, polarity: gensim's test files, 60 kB; gensim itself is not there)
+  "$PY" -c "import shutil, sys; from encmap.io import gensim_test_data; from encmap.downstream.tasks import GENSIM_FILES
+for f in GENSIM_FILES: shutil.copy(gensim_test_data('the pack') / f, sys.argv[1])" "$tmp/data/gensim"
+fi
 find "$tmp" \( -name __pycache__ -o -name '*.egg-info' \) -prune -exec rm -rf {} +
-"$PY" - "$tmp/models/minilm-l6" <<'PY'
+[ "${GPU_PACK_WORKFLOW:-0}" = 1 ] || "$PY" - "$tmp/models/minilm-l6" <<'PY'
 import shutil
 import sys
 from pathlib import Path
@@ -46,4 +63,4 @@ save_file({k: v.to(torch.float16) if v.is_floating_point() else v for k, v in w.
           str(dst / "model.safetensors"))
 PY
 rm -rf "$DEST" && mv "$tmp" "$DEST"
-echo "gpu_pack: $DEST is $(du -sm "$DEST" | cut -f1) MB; on the GPU machine: bash $DEST/run.sh"
+echo "gpu_pack: $DEST is $(du -sm "$DEST" | cut -f1) MB; on the GPU machine: bash $DEST/$([ "${GPU_PACK_WORKFLOW:-0}" = 1 ] && echo workflow.sh || echo run.sh)"

@@ -268,3 +268,109 @@ def test_the_determinism_setting_reaches_torch_and_bad_settings_are_refused(arch
         torch.use_deterministic_algorithms(True, warn_only=True)
     with pytest.raises(EncmapError, match="forward settings"):
         embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_token": 64})
+
+
+# Mistral-7B's published sizes (the e5-mistral / SFR-Embedding decoders of the catalogue).
+MISTRAL_7B = dict(hidden=4096, layers=32, intermediate=14336, heads=32, max_seq_length=512, dtype_bytes=2)
+#: Its bytes per padded token, by token_budget's formula: 2 x (33 x 4096 + 4 x 4096 + 2 x 14336
+#: + 32 x 512) + 8 x 4096 (the output alone).
+MISTRAL_PER_TOKEN = 2 * (33 * 4096 + 4 * 4096 + 2 * 14336 + 32 * 512) + 8 * 4096
+
+
+def test_the_auto_token_budget_by_hand():
+    """Half the free memory over the bytes per token, rounded down to a power of two, within
+    [16, 32,768]: on simulated cards with the 7 B decoder's sizes."""
+    from encmap.encoders.backends.transformer import token_budget
+
+    assert MISTRAL_PER_TOKEN == 425_984
+    budget = lambda free: token_budget(free, **MISTRAL_7B, pooled_width=4096)  # noqa: E731
+    assert budget(125 * 2**30) == 32_768  # an H200 with the 7 B loaded: 157,568 fit, capped
+    assert budget(9 * 2**30) == 8192  # a 24 GB card with the 7 B loaded: 11,342 fit
+    assert budget(2 * 1024 * MISTRAL_PER_TOKEN) == 1024  # exactly 1,024 fit
+    assert budget(2 * 1024 * MISTRAL_PER_TOKEN - 1) == 512  # one byte less: 1,023 fit, the power below
+    assert budget(0) == budget(-5) == 16  # nothing free: the smallest budget, then out-of-memory halving
+    # Every layer pooled three ways (33 x 3 variants of 4,096 side by side): fewer tokens fit.
+    assert token_budget(9 * 2**30, **MISTRAL_7B, pooled_width=99 * 4096) < budget(9 * 2**30)
+
+
+def test_auto_is_sentence_batches_off_a_card_and_the_card_budget_on_one(archs, monkeypatch):
+    """``auto`` asks the card for its free memory only on CUDA (a simulated card here); on the
+    CPU it is None: sentence batches."""
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(archs["mistral"])
+    spec = spec_for("mistral", archs["mistral"], dtype="bfloat16")
+    asked = []
+
+    def mem_get_info(device):
+        asked.append(str(device))
+        return 2 * 1024 * per_token, 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    c = config
+    per_token = 2 * ((c.num_hidden_layers + 5) * c.hidden_size + 2 * c.intermediate_size
+                     + c.num_attention_heads * 64) + 8 * 100
+    assert transformer.auto_batch_tokens(config, spec, "cpu", 100) is None and not asked
+    assert transformer.auto_batch_tokens(config, spec, "cuda:1", 100) == 1024 and asked == ["cuda:1"]
+
+
+@pytest.mark.parametrize("backend", ["sentence-transformers", "transformers"])
+def test_auto_on_the_cpu_gives_the_bytes_of_sentence_batches(backend, archs):
+    """The default ``batch_tokens: auto`` leaves the CPU's embeddings and provenance exactly those of
+    ``null``: the same bytes written."""
+    spec = spec_for("bert", archs["bert"], backend=backend, batch_size=2,
+                    **({"dims": [8]} if backend == "sentence-transformers" else {"output": False}))
+    null = embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": None})
+    auto = embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": "auto"})
+    assert null.provenance == auto.provenance and auto.provenance["batch_tokens_used"] is None
+    assert list(null.arrays) == list(auto.arrays)
+    for e in null.arrays:
+        assert null.arrays[e].tobytes() == auto.arrays[e].tobytes(), e
+
+
+def test_auto_takes_the_budget_the_card_gives_and_bad_budgets_are_refused(archs, monkeypatch):
+    """On a card, ``auto`` resolves once, after the load, with the width of every variant pooled
+    side by side; the budget it gives is the budget used."""
+    spec = spec_for("bert", archs["bert"], batch_size=2)
+    seen = []
+
+    def fake(config, s, device, pooled_width):
+        seen.append((config.hidden_size, device, pooled_width))
+        return 64
+
+    monkeypatch.setattr(transformer, "auto_batch_tokens", fake)
+    res = embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": "auto"})
+    width = seen[0][0]
+    assert seen == [(width, "cpu", width * len(res.variants))]  # every layer x pooling + the output, all of width h
+    assert res.provenance["batch_tokens_used"] == 64
+    for bad in ("Auto", 0, True, 2.5):
+        with pytest.raises(EncmapError, match="batch_tokens must be"):
+            embed_model("b", spec, TEXTS, forward={"deterministic": True, "batch_tokens": bad})
+
+
+def test_variants_that_cannot_fit_the_host_are_refused_before_the_pass(archs, monkeypatch):
+    """Every variant's (n, width) float32 array, counted before the pass: more than the host has
+    is refused naming both figures, and no batch runs."""
+    import encmap.validation as validation
+
+    from encmap.encoders.variants import model_variants
+
+    spec = spec_for("bert", archs["bert"], dims=[8])
+    layered = len(model_variants("b", spec)) - 2  # but the output and its truncation
+    need = validation.check_host_memory("m", 10_000, [4096] * 99, available=10**12)
+    assert need == 4 * 10_000 * 4096 * 99  # 16.2 GB: a 7 B's 33 states x 3 poolings
+    with pytest.raises(EncmapError, match=r"need 15.1 GiB of host memory .* but 8.0 GiB is available"):
+        validation.check_host_memory("m", 10_000, [4096] * 99, available=8 * 2**30)
+    assert validation.host_memory_available() > 0  # this Linux host's MemAvailable
+
+    ran = []
+    monkeypatch.setattr(transformer, "_forward", lambda *a: ran.append(1))
+    monkeypatch.setattr(validation, "host_memory_available", lambda: 1024)
+    from transformers import AutoConfig
+
+    h = AutoConfig.from_pretrained(archs["bert"]).hidden_size
+    want = 4 * len(TEXTS) * (h * layered + h + 8)  # every layer x pooling, the output, its truncation
+    with pytest.raises(EncmapError, match=rf"model 'b': its {layered + 2} variants of 6 sentences need "
+                                          rf"{want / 1024:.1f} KiB .* but 1.0 KiB is available"):
+        embed_model("b", spec, TEXTS)
+    assert not ran

@@ -314,3 +314,70 @@ def check_writable(root: str | Path, tops: tuple[str, ...] = ("data", "results")
                 raise EncmapError(f"{Path(dirpath).relative_to(root)}: not writable (read-only or immutable), so "
                                   "the jobs that write there would fail; make it writable (chmod u+w, chattr -i) "
                                   "and run again")
+
+
+def host_memory_available() -> int | None:
+    """Bytes this process may still take on the host: the kernel's ``MemAvailable``, lowered to what
+    a cgroup (v2: a container, a SLURM job) has left under its limit; None where neither is known."""
+    avail = None
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        cg = Path("/sys/fs/cgroup")
+        limit = (cg / "memory.max").read_text().strip()
+        if limit != "max":
+            left = int(limit) - int((cg / "memory.current").read_text())
+            avail = left if avail is None else min(avail, left)
+    except (OSError, ValueError):
+        pass
+    return avail
+
+
+def check_host_memory(model: str, n: int, widths: list[int], device: str = "cpu",
+                      available: int | None = None) -> int:
+    """Refuse, before the pass, a model whose variants cannot all be held on the host.
+
+    One pass fills one (n, width) float32 array per variant (every layer x pooling, the output and
+    its truncations), all held until they are written: ``4 n sum(widths)`` bytes. A model with
+    ``layers: all`` on a large set can need more than the host has (a 7 B decoder's 33 states x
+    4,096 x 100,000 sentences: 54 GB for one pooling); swapping or the kernel's OOM killer would
+    then end the job mid-pass, hours in. The checks' block temporaries are not counted.
+
+    Parameters
+    ----------
+    model : str
+    n : int
+        Sentences.
+    widths : list of int
+        Width of every variant's array.
+    device : str
+        Named in the message (where the model runs).
+    available : int, optional
+        Bytes available; default :func:`host_memory_available` (unknown: no check).
+
+    Returns
+    -------
+    int
+        The bytes needed.
+    """
+    need = 4 * int(n) * int(sum(widths))
+    available = host_memory_available() if available is None else available
+    if available is not None and need > available:
+        raise EncmapError(
+            f"model {model!r}: its {len(widths)} variants of {n:,} sentences need {_bytes_text(need)} of host "
+            f"memory (float32, one array each until written) but {_bytes_text(available)} is available; "
+            "request fewer layers or poolings (layers, pooling in params.yaml), fewer sentences, or a host with more "
+            f"memory (the model runs on {device})")
+    return need
+
+
+def _bytes_text(b: float) -> str:
+    """``b`` bytes in GiB, MiB or KiB, whichever reads best."""
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20)):
+        if b >= size:
+            return f"{b / size:.1f} {unit}"
+    return f"{b / 1024:.1f} KiB"

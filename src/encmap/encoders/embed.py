@@ -55,8 +55,9 @@ DEVICE_BACKENDS = ("sentence-transformers", "transformers", "onnx")
 GPU_BACKENDS = ("sentence-transformers", "transformers")
 #: The ``embed`` params that set how a torch model's forward pass runs (they may change its last bits).
 FORWARD_KEYS = ("deterministic", "batch_tokens")
-#: What they are when not given (the Python API): deterministic kernels, batches of ``batch_size`` sentences.
-FORWARD_DEFAULTS = {"deterministic": True, "batch_tokens": None}
+#: What they are when not given (the Python API), as in params.yaml: deterministic kernels; token
+#: batches sized to the card on a CUDA device, batches of ``batch_size`` sentences elsewhere.
+FORWARD_DEFAULTS = {"deterministic": True, "batch_tokens": "auto"}
 
 
 def forward_settings(embed: dict) -> dict:
@@ -139,7 +140,9 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
         Torch models' forward pass (:data:`FORWARD_KEYS`, from ``embed`` in params.yaml):
         ``deterministic`` (torch.use_deterministic_algorithms) and ``batch_tokens`` (None:
         batches of ``spec["batch_size"]`` sentences; an int: of as many sentences as fit that
-        many padded tokens). Default :data:`FORWARD_DEFAULTS`.
+        many padded tokens; "auto": a budget from the card's free memory on a CUDA device, None
+        elsewhere, :func:`encmap.encoders.backends.transformer.auto_batch_tokens`). Default
+        :data:`FORWARD_DEFAULTS`.
 
     Returns
     -------
@@ -156,6 +159,9 @@ def embed_model(model: str, spec: dict, texts: list[str], device: str = "cpu", *
     forward = FORWARD_DEFAULTS | (forward or {})
     if set(forward) != set(FORWARD_KEYS):
         raise EncmapError(f"model {model!r}: forward settings are {sorted(FORWARD_KEYS)}, got {sorted(forward)}")
+    bt = forward["batch_tokens"]
+    if not (bt is None or bt == "auto" or (isinstance(bt, int) and not isinstance(bt, bool) and bt >= 1)):
+        raise EncmapError(f"model {model!r}: batch_tokens must be 'auto', null or a positive integer, got {bt!r}")
     backend = importlib.import_module(f"{LOADS_BY_NAME}.{BACKENDS[spec['backend']]}")
     kwargs = {}
     if spec["backend"] in GPU_BACKENDS:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ...validation import EncmapError
+from ...validation import EncmapError, check_host_memory
 from ..checkpoints import hub_provenance, model_id, resolve_source, weights_sha256
 from ..result import EmbeddingResult, length_order, output_arrays, token_batches
 from ..variants import model_variants
@@ -40,6 +40,18 @@ READ_AHEAD = 2
 #: again after the pass. Not the CPU, where the statistics would be the same host work moved
 #: into the pass, nor MPS, which has no float64. Empty: every variant checked on the host.
 CHECKS_ON_DEVICE = ("cuda",)
+
+#: ``batch_tokens: auto`` on a CUDA card: this share of the card's free memory (after the model is
+#: loaded) goes to one batch's activations; the rest is the allocator's slack (fragmentation,
+#: cached blocks of other sizes) and what the estimate leaves out (the tokenizer's tensors, cuBLAS's
+#: workspace). Out of memory, the budget is halved as any budget is.
+AUTO_MEMORY_SHARE = 0.5
+#: The largest budget ``auto`` picks: beyond a few thousand tokens a batch's GEMMs already fill an
+#: H200 (8,192 beat sentence batches in every run, docs/results.md); larger batches only grow the
+#: pinned host buffer and delay the first copy.
+AUTO_MAX_TOKENS = 32_768
+#: The smallest: the schema's minimum for ``batch_tokens``.
+AUTO_MIN_TOKENS = 16
 
 _IMPORT_LOCK = threading.Lock()
 
@@ -122,6 +134,78 @@ def weight_bytes(model: str, spec: dict) -> int | None:
         return None
     size = torch.empty((), dtype=torch_dtype(spec["dtype"])).element_size()
     return int(sum(p.numel() for p in net.parameters())) * size
+
+
+def hidden_width(config) -> int:
+    """The width of ``config``'s hidden states (``hidden_size``; T5's ``d_model``)."""
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    return int(getattr(cfg, "hidden_size", None) or getattr(cfg, "d_model"))
+
+
+def token_budget(free_bytes: float, *, hidden: int, layers: int, intermediate: int, heads: int, max_seq_length: int,
+                 dtype_bytes: int, pooled_width: int) -> int:
+    """The token budget of ``batch_tokens: auto``: the most padded tokens per batch whose
+    activations fit :data:`AUTO_MEMORY_SHARE` of ``free_bytes``, rounded down to a power of two
+    and kept within [:data:`AUTO_MIN_TOKENS`, :data:`AUTO_MAX_TOKENS`].
+
+    Bytes per padded token, an upper bound for one forward pass of an encmap batch:
+
+    - ``(layers + 1) * hidden * dtype_bytes``: every hidden state, kept to the end of the pass
+      (``output_hidden_states``: every layer may be pooled);
+    - ``(4 * hidden + 2 * intermediate) * dtype_bytes``: one layer's working set (q, k, v and the
+      attention's output; the MLP's up and gate projections);
+    - ``heads * max_seq_length * dtype_bytes``: attention scores if the kernel materialises them
+      (eager attention; flash and memory-efficient kernels need none: an upper bound);
+    - ``8 * pooled_width``: every pooled variant side by side in float32 on the device (and the
+      float32 copy of a state pooled), counted as if every token were a sentence of its own.
+
+    The power of two keeps the budget, hence the batches and the floats' last bits, the same when
+    the free memory moves by less than half from run to run.
+
+    Parameters
+    ----------
+    free_bytes : float
+        The card's free memory once the model is on it (``torch.cuda.mem_get_info``).
+    hidden, layers, intermediate, heads : int
+        The model's width, depth, MLP width and attention heads (its configuration).
+    max_seq_length : int
+        The longest input in tokens (params).
+    dtype_bytes : int
+        Bytes per element of the model's dtype (2 for float16 / bfloat16, 4 for float32).
+    pooled_width : int
+        Total width of the variants pooled from one pass (the output's width included).
+
+    Returns
+    -------
+    int
+    """
+    per_token = (dtype_bytes * ((layers + 1) * hidden + 4 * hidden + 2 * intermediate + heads * max_seq_length)
+                 + 8 * pooled_width)
+    fit = int(AUTO_MEMORY_SHARE * max(0.0, free_bytes) // per_token)
+    if fit < AUTO_MIN_TOKENS:
+        return AUTO_MIN_TOKENS
+    return min(AUTO_MAX_TOKENS, 1 << (fit.bit_length() - 1))
+
+
+def auto_batch_tokens(config, spec: dict, device: str, pooled_width: int) -> int | None:
+    """What ``batch_tokens: auto`` means for a model of ``config`` on ``device``: on a CUDA card,
+    :func:`token_budget` of its free memory now (the model loaded); elsewhere (the CPU, MPS)
+    None, sentence batches of ``batch_size``: on the CPU they are measured to be as fast, and the
+    embeddings stay exactly those of ``batch_tokens: null``."""
+    import torch
+
+    if torch.device(device).type != "cuda":
+        return None
+    cfg = config.get_text_config() if hasattr(config, "get_text_config") else config
+    hidden = hidden_width(cfg)
+    free, _ = torch.cuda.mem_get_info(torch.device(device))
+    return token_budget(free, hidden=hidden, layers=int(cfg.num_hidden_layers),
+                        intermediate=int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "d_ff", None)
+                                         or 4 * hidden),
+                        heads=int(getattr(cfg, "num_attention_heads", None) or getattr(cfg, "num_heads", 1)),
+                        max_seq_length=int(spec["max_seq_length"]),
+                        dtype_bytes=torch.empty((), dtype=torch_dtype(spec["dtype"])).element_size(),
+                        pooled_width=pooled_width)
 
 
 class _HostRows:
@@ -258,11 +342,12 @@ def _shut_down(pool: ThreadPoolExecutor):
 
 
 def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | None,
-          batch_tokens: int | None = None) -> EmbeddingResult:
+          batch_tokens: int | str | None = None) -> EmbeddingResult:
     """Every variant of one model in one pass, in batches of ``spec["batch_size"]`` sentences
     (longest in characters first) or, with ``batch_tokens``, of as many sentences (longest in
-    tokens first) as fit that many padded tokens. Out of device memory, the batch (or the token
-    budget) is halved and the batch retried."""
+    tokens first) as fit that many padded tokens; ``"auto"``: a budget from the card's free
+    memory on a CUDA device, sentence batches elsewhere (:func:`auto_batch_tokens`). Out of device
+    memory, the batch (or the token budget) is halved and the batch retried."""
     import torch
 
     _import_libraries()
@@ -275,7 +360,7 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
         return _embed(model, spec, texts, device, batch_tokens, ref, prov, hashing)
 
 
-def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: int | None, ref: str, prov: dict,
+def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: int | str | None, ref: str, prov: dict,
            hashing: ThreadPoolExecutor) -> EmbeddingResult:
     """:func:`embed` once its source is resolved (``ref``, ``prov`` without the files' hash);
     the hashes are computed in ``hashing`` and joined into the provenance at the end."""
@@ -311,6 +396,13 @@ def _embed(model: str, spec: dict, texts: list[str], device: str, batch_tokens: 
                           "the first token (with a BOS token, the same vector for every sentence); use 'last', the "
                           "last real token, which has seen the whole sentence")
     want_output = any(v.pooling == "output" for v in variants)
+    width = hidden_width(net.config)
+    out_dim = getattr(st, "get_embedding_dimension", None) or getattr(st, "get_sentence_embedding_dimension", None)
+    out_width = (out_dim() or width) if st is not None and want_output else 0
+    widths = [width] * len(layered) + [out_width] * want_output
+    check_host_memory(model, len(texts), widths + [d for d in spec.get("dims") or [] if want_output], device)
+    if batch_tokens == "auto":
+        batch_tokens = auto_batch_tokens(net.config, spec, device, sum(widths))
     inputs = [spec["prompt"] + t for t in texts]
     bs = budget = spec["batch_size"]
     if batch_tokens:
