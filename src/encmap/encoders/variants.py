@@ -110,8 +110,8 @@ def base_url_problem(url: str, key_env: str) -> str | None:
     appends ``/embeddings`` after it)."""
     where = (f"; a key belongs in the environment variable api_key_env names ({key_env}), never in the URL, which "
              "reaches every artifact's provenance, DVC's cache and the logs (it is not repeated here)")
-    if not re.match(r"(?i)https?://", url):
-        return "must start with http:// or https:// (it is not repeated here)"
+    if not re.match(r"https?://.", url):
+        return "must start with http:// or https:// and name a host (it is not repeated here)"
     if re.search(r"\s", url):
         return "holds white space (it is not repeated here)"
     if "@" in url:
@@ -142,7 +142,7 @@ def check_model_spec(model: str, spec: dict) -> None:
     if spec["backend"] == "openai":
         from urllib.parse import urlsplit
 
-        problem = base_url_problem(spec["base_url"], spec["api_key_env"])
+        problem = base_url_problem(spec["base_url"], spec.get("api_key_env", "?"))
         if problem:
             raise EncmapError(f"model {model!r}: base_url {problem}")
         try:

@@ -71,7 +71,7 @@ REQUEST_DEADLINE_S = 300.0
 #: spelling (:func:`redact`). A piece of 8 characters of a random key occurs by chance in an
 #: ordinary message about once in 10^12 places (62^8 ~ 2e14), so nothing but the key is hidden;
 #: a piece left behind has at most 7 characters (42 bits of a key with 128 or more random bits, no
-#: foothold for guessing the rest). The key's public prefix ("sk-proj-") is 8 and is hidden too.
+#: foothold for guessing the rest). The public prefix of OpenAI's project keys is 8 and is hidden too.
 KEY_PIECE = 8
 #: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
