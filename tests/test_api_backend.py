@@ -212,24 +212,28 @@ def test_redaction_hides_every_spelling_and_every_long_piece_of_the_key_and_noth
     assert redact("an empty EMPTY list", "EMPTY") == "an empty [redacted] list"
 
 
-@pytest.mark.parametrize("mode", ["drip-headers", "silent"])
+@pytest.mark.parametrize("mode", ["drip-headers", "silent", "tls"])
 def test_an_answer_whose_status_line_or_headers_never_end_is_cut_off_at_the_deadline(mode, monkeypatch):
     """Old (issue 64): the deadline covered only the body: a server that sent its status line,
     then its headers one byte every 5 s, kept a request open past 420 s (the per-read timeout never
-    trips, and the client retried the request when the server gave up)."""
+    trips, and the client retried the request when the server gave up). So did one that answered
+    nothing, or dripped its TLS handshake."""
+    from support.api_server import StalledTLS
+
     from encmap.encoders.backends import openai_api
 
     monkeypatch.setattr(openai_api, "REQUEST_DEADLINE_S", 1.5)
-    proxy = Proxy("http://127.0.0.1:9")  # answers (or not) without an upstream
-    proxy.mode = mode
+    server = StalledTLS() if mode == "tls" else Proxy("http://127.0.0.1:9")  # either answers without an upstream
+    server.mode = mode
     t0 = time.monotonic()
     try:
         with pytest.raises(EncmapError, match=r"model 'mini-api': the answer of .* to the drift probes did not "
                                               r"arrive whole within 2 s .*refused"):
-            embed_model("mini-api", api_spec(proxy.url, revision=f"r-{mode}"), TEXTS[:8])
+            embed_model("mini-api", api_spec(server.url, revision=f"r-{mode}"), TEXTS[:8])
     finally:
-        proxy.close()
-    assert time.monotonic() - t0 < 10 and proxy.requests == 1  # cut off at the deadline, not retried
+        server.close()
+    assert time.monotonic() - t0 < 10  # cut off at the deadline
+    assert (server.connections if mode == "tls" else server.requests) == 1  # and not retried
 
 
 def test_a_key_in_base_url_is_refused_before_any_work_and_never_repeated(tmp_path, monkeypatch):

@@ -264,3 +264,45 @@ class Proxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class StalledTLS:
+    """A raw TCP server on loopback (``url``: https://...) that starts a TLS handshake and never
+    ends it: the header of a 16 KB handshake record, then one byte of it per 0.2 s, for at most
+    20 s. ``connections``: how many it accepted."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.connections, self.closed = 0, False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        t0 = time.monotonic()
+        with conn:
+            try:
+                conn.sendall(b"\x16\x03\x03\x40\x00")  # handshake record, TLS 1.2, 16,384 bytes to come
+                while time.monotonic() - t0 < 20 and not self.closed:
+                    conn.sendall(b"\x02")
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()
