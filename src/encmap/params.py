@@ -233,7 +233,8 @@ def _message(error, params: Any) -> str:
         from .encoders.variants import base_url_problem  # words that never repeat a URL (it may hold a key)
 
         spec = params["models"][path[1]]
-        return f"key models.{path[1]}.base_url: {base_url_problem(error.instance, spec.get('api_key_env', '?'))}"
+        problem = base_url_problem(error.instance, spec.get("api_key_env", "?")) or "names no host"
+        return f"key models.{path[1]}.base_url: {problem}"
     return f"key {'.'.join(str(x) for x in path) or '(top level)'}: {error.message}"
 
 

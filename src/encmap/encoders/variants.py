@@ -110,8 +110,8 @@ def base_url_problem(url: str, key_env: str) -> str | None:
     appends ``/embeddings`` after it)."""
     where = (f"; a key belongs in the environment variable api_key_env names ({key_env}), never in the URL, which "
              "reaches every artifact's provenance, DVC's cache and the logs (it is not repeated here)")
-    if not re.match(r"https?://.", url):
-        return "must start with http:// or https:// and name a host (it is not repeated here)"
+    if not re.match(r"https?://", url):
+        return "must start with http:// or https:// (it is not repeated here)"
     if re.search(r"\s", url):
         return "holds white space (it is not repeated here)"
     if "@" in url:
