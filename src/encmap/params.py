@@ -129,13 +129,23 @@ def check_mteb_targets(params: dict, where: str = "params") -> None:
 
 
 def check_api_keys(params: dict, where: str = "params") -> None:
-    """Every ``openai`` model's key variable is set (its value is never read here or shown)."""
+    """Every ``openai`` model's key variable is set, and its value is nowhere in the model's
+    ``base_url`` (the value is never shown)."""
     unset = [(m, s["api_key_env"]) for m, s in params["models"].items()
              if s["backend"] == "openai" and not os.environ.get(s["api_key_env"])]
     if unset:
         raise EncmapError(f"{where}: model {unset[0][0]!r}: its API key variable {unset[0][1]} (api_key_env) is not set"
                           + (f" (nor are {len(unset) - 1} other models' keys)" if len(unset) > 1 else "")
                           + "; export it before the run")
+    served = {m: s for m, s in params["models"].items() if s["backend"] == "openai"}
+    if served:
+        from .encoders.backends.openai_api import check_key_not_in_url
+
+        for m, s in served.items():
+            try:
+                check_key_not_in_url(m, s, os.environ[s["api_key_env"]])
+            except EncmapError as e:
+                raise EncmapError(f"{where}: {e}") from None
 
 
 def check_counts(params: dict, m: int, where: str = "params") -> None:
@@ -219,6 +229,12 @@ def _message(error, params: Any) -> str:
                 for k, sub in branch["then"].get("properties", {}).items() if sub is False and k in spec]
         what = f"backend {spec.get('backend')!r}" + (f", method {spec['method']!r}" if "method" in spec else "")
         return f"key models.{model}.{keys[0]}: does not apply to model {model!r} ({what}); remove it"
+    if error.validator == "pattern" and len(path) == 3 and path[0] == "models" and path[2] == "base_url":
+        from .encoders.variants import base_url_problem  # words that never repeat a URL (it may hold a key)
+
+        spec = params["models"][path[1]]
+        problem = base_url_problem(error.instance, spec.get("api_key_env", "?")) or "names no host"
+        return f"key models.{path[1]}.base_url: {problem}"
     return f"key {'.'.join(str(x) for x in path) or '(top level)'}: {error.message}"
 
 

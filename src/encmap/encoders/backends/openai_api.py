@@ -8,11 +8,13 @@ paying user of a map needs:
 - **A cache on disk** (:class:`ResponseCache`, SQLite in ``$ENCMAP_CACHE/api``): every returned
   vector under (model, revision, dimensions, text), written batch by batch as responses arrive,
   so an interrupted run resumes without paying twice and a rerun sends only what it lacks.
-- **Refusals that name the problem**: a key variable that is not set; a 401/403 (the key's
-  variable named, never the key); any other 4xx (the server's message and the index of the
-  first offending input, found by halving the failing batch); a response of another length,
-  indices out of range or repeated, vectors of another width or not finite. Nothing is cached
-  from a refused response, and the embed step writes nothing for a model that fails.
+- **Refusals that name the problem**: a key variable that is not set, or a ``base_url`` that
+  holds a key (never repeated); a 401/403 (the key's variable named, never the key); any other
+  4xx (the server's message and the index of the first offending input, found by halving the
+  failing batch); a response of another length, indices out of range or repeated, vectors of
+  another width or not finite; an answer not whole within :data:`REQUEST_DEADLINE_S`. Whatever a
+  server says is :func:`redact`-ed of the key in every spelling before it is quoted. Nothing is
+  cached from a refused response, and the embed step writes nothing for a model that fails.
 - **Order**: vectors are placed by the ``index`` each one carries, whatever order they come in.
 - **Cost**: tokens used are summed from the responses' ``usage`` (provenance and log; a count
   that is not an integer ≥ 0 is refused); with ``max_tokens`` the texts still to send are
@@ -66,13 +68,20 @@ log = logging.getLogger(__name__)
 MAX_RETRIES = 8
 #: Seconds the client waits for any one read (connect, a chunk of the answer).
 TIMEOUT_S = 120.0
-#: Seconds one request's whole answer may take to arrive (a per-read timeout never trips on a
-#: server that sends a byte every few seconds).
+#: Seconds one request's whole answer may take to arrive, from connecting to the body's last
+#: byte (a per-read timeout never trips on a server that sends a byte now and then); each retry
+#: of the client's has its own, and a request past it is not retried.
 REQUEST_DEADLINE_S = 300.0
 #: Seconds a job waits for another job's lock on the vectors' cache (two jobs opening a fresh
 #: cache together: SQLite's switch to WAL fails at once, without its busy timeout, while another
 #: connection writes) before it is refused as locked, never as unreadable.
 LOCK_WAIT_S = 60.0
+#: Characters of the API key in a row that are redacted wherever they appear, in any case and
+#: spelling (:func:`redact`). A piece of 8 characters of a random key occurs by chance in an
+#: ordinary message about once in 10^12 places (62^8 ~ 2e14), so nothing but the key is hidden;
+#: a piece left behind has at most 7 characters (42 bits of a key with 128 or more random bits, no
+#: foothold for guessing the rest). The public prefix of OpenAI's project keys is 8 and is hidden too.
+KEY_PIECE = 8
 #: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
 #: Fixed probe sentences whose embeddings fingerprint the served model.
@@ -92,22 +101,79 @@ DRIFT_TOL = 1e-4
 
 
 def api_key(model: str, spec: dict) -> str:
-    """The key, from the environment variable the entry names; an error naming the variable."""
+    """The key, from the environment variable the entry names; an error naming the variable, or
+    saying (never repeating it) that ``base_url`` holds a key."""
+    from ..variants import base_url_problem
+
+    problem = base_url_problem(spec["base_url"], spec["api_key_env"])  # the entry may come from no params file
+    if problem:
+        raise EncmapError(f"model {model!r}: base_url {problem}")
     var = spec["api_key_env"]
     key = os.environ.get(var)
     if not key:
         raise EncmapError(f"model {model!r}: the environment variable {var} (api_key_env) that holds its API key is "
                           "not set; export it before the run")
+    check_key_not_in_url(model, spec, key)
     return key
 
 
+def check_key_not_in_url(model: str, spec: dict, key: str) -> None:
+    """Refuse a ``base_url`` that holds the key (any of the spellings :func:`redact` hides, in its
+    path too), without repeating either: the URL reaches every artifact's provenance."""
+    if redact(spec["base_url"], key) != spec["base_url"]:
+        raise EncmapError(f"model {model!r}: base_url holds the API key (the value of ${spec['api_key_env']}); a "
+                          "key belongs only in the environment variable api_key_env names, never in the URL, which "
+                          "reaches every artifact's provenance, DVC's cache and the logs (it is not repeated here)")
+
+
+def _key_spellings(key: str) -> set[str]:
+    """Every run of :data:`KEY_PIECE` characters of ``key`` as a server may echo it, lower-cased:
+    as is, percent-encoded (each byte, or as ``quote`` / ``quote_plus`` leave it), and the base64
+    characters (standard and url-safe) that the run alone decides at each of the 3 alignments a
+    longer encoded string (``Basic base64(user:key)``) may give it."""
+    import base64
+    from urllib.parse import quote, quote_plus
+
+    out: set[str] = set()
+    for i in range(len(key) - KEY_PIECE + 1):
+        w = key[i:i + KEY_PIECE]
+        b = w.encode("utf-8", "surrogatepass")
+        out |= {w, quote(w, safe=""), quote_plus(w, safe=""), "".join(f"%{x:02x}" for x in b)}
+        for o in range(3):  # after o other bytes: characters ceil(8o/6) to floor(8(o+len)/6) are the run's alone
+            core = base64.b64encode(bytes(o) + b).decode()[-(-8 * o // 6):8 * (o + len(b)) // 6]
+            out |= {core, core.translate(str.maketrans("+/", "-_"))}
+    return {x.lower() for x in out}
+
+
 def redact(text: str, key: str | None) -> str:
-    """``text`` (a server's words, an exception's) with the API key's value and any bearer token
-    replaced: a server may echo the Authorization header ("Incorrect API key provided: Bearer
-    sk-..."), and a refusal's text goes to logs, failure records and DVC's cache."""
+    """``text`` (a server's words, an exception's) with the API key and any bearer token replaced:
+    a server may echo the Authorization header ("Incorrect API key provided: Bearer sk-..."), or the
+    bare key cut short, upper-cased, percent- or base64-encoded, and a refusal's text goes to logs,
+    failure records and DVC's cache. Every run of :data:`KEY_PIECE` or more of the key's characters,
+    in any of those spellings and any case, is replaced; a key shorter than that (a local server's
+    "EMPTY") only as written."""
     if key:
         text = text.replace(key, "[redacted]")
+    if key and len(key) >= KEY_PIECE:
+        # Lower-cased character by character, so that positions stay those of text.
+        low = "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+        hidden = bytearray(len(text))
+        for form in _key_spellings(key):
+            at = low.find(form)
+            while at >= 0:
+                hidden[at:at + len(form)] = b"\1" * len(form)
+                at = low.find(form, at + 1)
+        if any(hidden):
+            text = "".join("[redacted]" if m.group()[0] else text[m.start():m.end()]
+                           for m in re.finditer(rb"\x01+|\x00+", bytes(hidden)))
     return re.sub(r"(?i)\bBearer\s+[^\s\"',;]+", "Bearer [redacted]", text)
+
+
+def _quote(text: str, n: int, key: str | None) -> str:
+    """The first ``n`` characters of ``text`` with the key redacted first: a copy cut before it is
+    redacted keeps the piece of the key before the cut, which no longer matches the key (only so
+    much of ``text`` is searched as may hold a spelling of the key that starts before ``n``)."""
+    return redact(text[:n + 3 * len((key or "").encode("utf-8", "surrogatepass")) + 16], key)[:n]
 
 
 def endpoint(spec: dict) -> str:
@@ -203,17 +269,128 @@ class RateLimit:
         time.sleep(max(0.0, start - now))
 
 
+class RequestDeadline(BaseException):
+    """A request's answer did not arrive whole by its deadline. Not an ``Exception``: the client
+    retries a request whose transport raised one (openai 1.x any), and a server that sends a byte
+    now and then would hold each retry as long again."""
+
+
+class _Deadline(threading.local):
+    """The deadline (``time.monotonic()``) of the request this thread is sending; None: none."""
+
+    at: float | None = None
+
+
+_DEADLINE = _Deadline()
+
+
+def _bounded(op, timeout: float | None):
+    """``op(timeout)`` with ``timeout`` cut to what is left of this thread's request deadline;
+    :class:`RequestDeadline` once it has passed (a timeout raised after it is the deadline's)."""
+    at = _DEADLINE.at
+    if at is None:
+        return op(timeout)
+    left = at - time.monotonic()
+    if left <= 0:
+        raise RequestDeadline
+    try:
+        return op(left if timeout is None else min(timeout, left))
+    except Exception:
+        if time.monotonic() >= at:
+            raise RequestDeadline from None
+        raise
+
+
+class _DeadlineStream:
+    """A connection (httpcore's ``NetworkStream`` interface) whose every read, write and TLS
+    handshake ends by the deadline of the request being sent on it."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return _bounded(lambda t: self.inner.read(max_bytes, timeout=t), timeout)
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        for i in range(0, len(buffer), 1 << 14):  # in pieces: a server may read a byte now and then too
+            _bounded(lambda t: self.inner.write(buffer[i:i + (1 << 14)], timeout=t), timeout)
+
+    def start_tls(self, ssl_context, server_hostname: str | None = None, timeout: float | None = None):
+        return _DeadlineStream(_bounded(lambda t: self.inner.start_tls(ssl_context, server_hostname, timeout=t),
+                                        timeout))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def get_extra_info(self, info: str):
+        return self.inner.get_extra_info(info)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+class _DeadlineBackend:
+    """httpcore's ``NetworkBackend`` interface: ``inner``'s connections, connected and used within
+    the deadline of the request they are opened for."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def connect_tcp(self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
+                    socket_options=None) -> _DeadlineStream:
+        return _DeadlineStream(_bounded(lambda t: self.inner.connect_tcp(
+            host, port, timeout=t, local_address=local_address, socket_options=socket_options), timeout))
+
+    def connect_unix_socket(self, path: str, timeout: float | None = None, socket_options=None) -> _DeadlineStream:
+        return _DeadlineStream(_bounded(lambda t: self.inner.connect_unix_socket(
+            path, timeout=t, socket_options=socket_options), timeout))
+
+    def sleep(self, seconds: float) -> None:
+        self.inner.sleep(seconds)
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+
+def _start_deadline(request) -> None:
+    """httpx's request hook: each attempt (a retry of the client's too) gets its own deadline."""
+    _DEADLINE.at = time.monotonic() + REQUEST_DEADLINE_S
+
+
+def _bound_by_deadline(http) -> bool:
+    """Bound every socket operation of ``http`` (the httpx client openai sends through) by the
+    deadline of the request being sent: httpx's timeouts are per operation (connect, one read, one
+    write), and it has no deadline for a whole answer. Each connection pool's network backend
+    (httpcore's public interface, reached through the transports' private attributes) is wrapped;
+    False if the client is not built so (a later httpx), and the body alone is then bounded."""
+    transports = [t for t in (getattr(http, "_transport", None), *getattr(http, "_mounts", {}).values()) if t]
+    pools = [getattr(t, "_pool", None) for t in transports]
+    if not pools or not all(hasattr(p, "_network_backend") for p in pools):
+        return False
+    for pool in pools:
+        if not isinstance(pool._network_backend, _DeadlineBackend):
+            pool._network_backend = _DeadlineBackend(pool._network_backend)
+    http.event_hooks = {**http.event_hooks, "request": [*http.event_hooks["request"], _start_deadline]}
+    return True
+
+
 def _client(spec: dict, key: str):
     try:
         import openai
     except ImportError:
         raise EncmapError("backend openai needs the openai package (pip install openai)") from None
-    return openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
+    client = openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
+    if not _bound_by_deadline(client._client):
+        log.warning("the openai client's HTTP transport is not httpx's as encmap knows it: a request's deadline "
+                    "(%.0f s) bounds its body only, not its connection, status line and headers", REQUEST_DEADLINE_S)
+    return client
 
 
-def _vectors(model: str, response, count: int, width: int | None, first: int | None) -> tuple[np.ndarray, int | None]:
+def _vectors(model: str, response, count: int, width: int | None, first: int | None,
+             key: str | None) -> tuple[np.ndarray, int | None]:
     """The response's vectors (count, d) in input order, checked; its tokens (None if not reported).
-    ``first``: the index of the batch's first input (None: the drift probes)."""
+    ``first``: the index of the batch's first input (None: the drift probes); ``key``: redacted
+    from what a refusal quotes."""
     data = list(response.data)
     what = "the drift probes" if first is None else f"inputs {first}-{first + count - 1}"
     where = f"model {model!r}: the endpoint's response to {what}"
@@ -225,7 +402,7 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
                           f"input, 0-{count - 1}; refused (nothing from it is kept)")
     rows = [None] * count
     for i, d in zip(idx, data):
-        rows[i] = _embedding(where, i, getattr(d, "embedding", None))
+        rows[i] = _embedding(where, i, getattr(d, "embedding", None), key)
     widths = {len(r) for r in rows}
     if len(widths) != 1 or (width is not None and widths != {width}):
         raise EncmapError(f"{where} has vectors of width {sorted(widths)}, expected {width if width else 'one width'}; "
@@ -240,13 +417,13 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
     tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
     if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
         # Added to the entry's spend, a negative count would switch its budget off.
-        raise EncmapError(f"{where} reports usage.prompt_tokens {tokens!r:.40}, not a number of tokens (an integer "
+        raise EncmapError(f"{where} reports usage.prompt_tokens {_quote(repr(tokens), 40, key)}, not a number of tokens (an integer "
                           "≥ 0): the server's error; refused (nothing from it is kept; its tokens are counted as "
                           "estimated)")
     return E, tokens
 
 
-def _embedding(where: str, i: int, value) -> list | np.ndarray:
+def _embedding(where: str, i: int, value, key: str | None) -> list | np.ndarray:
     """One item's ``embedding``: a list of numbers, or base64 of little-endian float32 (what the
     protocol's ``encoding_format: base64`` returns, and some servers send unasked)."""
     if isinstance(value, str):
@@ -263,8 +440,8 @@ def _embedding(where: str, i: int, value) -> list | np.ndarray:
         return np.frombuffer(raw, dtype="<f4")
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                        for x in value):
-        raise EncmapError(f"{where}: item {i}'s embedding is {type(value).__name__}"
-                          f"{' ' + repr(value)[:60] if value is None or isinstance(value, (list, tuple)) else ''}, "
+        said = " " + _quote(repr(value), 60, key) if value is None or isinstance(value, (list, tuple)) else ""
+        raise EncmapError(f"{where}: item {i}'s embedding is {type(value).__name__}{said}, "
                           "not a list of numbers; refused (nothing from it is kept)")
     return value
 
@@ -305,7 +482,8 @@ class Fetcher:
 
     def __init__(self, model: str, spec: dict, cache: ResponseCache):
         self.model, self.spec, self.cache = model, spec, cache
-        self.client = _client(spec, api_key(model, spec))
+        self.key = api_key(model, spec)
+        self.client = _client(spec, self.key)
         self.limit = RateLimit(spec["rate_limit"])
         self.width: int | None = spec["dimensions"]
         self.tokens = 0
@@ -316,15 +494,17 @@ class Fetcher:
         self.lock = threading.Lock()
 
     def call(self, texts: list[str], what: str = "a batch") -> SimpleNamespace:
-        """One request's answer, read whole within :data:`REQUEST_DEADLINE_S` (a server that sends a
-        byte now and then never trips the client's per-read timeout) and parsed here: the protocol's
-        fields or a refusal naming the model, the status and what was wrong."""
+        """One request's answer, read whole within :data:`REQUEST_DEADLINE_S` of sending it (its
+        connection, status line, headers and body: a server that sends a byte now and then never
+        trips the client's per-read timeout) and parsed here: the protocol's fields or a refusal
+        naming the model, the status and what was wrong."""
         self.limit.wait()
         kw = {"dimensions": self.spec["dimensions"]} if self.spec["dimensions"] is not None else {}
         with self.lock:
             self.requests += 1
-        deadline = time.monotonic() + REQUEST_DEADLINE_S
+        deadline = time.monotonic() + REQUEST_DEADLINE_S  # the body's, should the transport not be bounded
         where = f"model {self.model!r}: the answer of {self.spec['base_url']} to {what}"
+        body = None
         try:
             with self.client.embeddings.with_streaming_response.create(
                     model=self.spec["model"], input=texts, encoding_format="float", **kw) as raw:
@@ -332,8 +512,11 @@ class Fetcher:
                 for chunk in raw.iter_bytes():
                     body += chunk
                     if time.monotonic() > deadline:
-                        raise EncmapError(f"{where} did not arrive whole within {REQUEST_DEADLINE_S:.0f} s "
-                                          f"({len(body)} bytes so far); refused (nothing from it is kept)")
+                        raise RequestDeadline
+        except RequestDeadline:
+            got = "its status line and headers incomplete" if body is None else f"{len(body)} bytes of its body so far"
+            raise EncmapError(f"{where} did not arrive whole within {REQUEST_DEADLINE_S:.0f} s ({got}); refused, "
+                              "not retried (nothing from it is kept)") from None
         except EncmapError:
             raise
         except Exception as e:  # the transport failed mid-answer (httpx's errors are not the client's)
@@ -342,8 +525,10 @@ class Fetcher:
             if isinstance(e, openai.APIError):
                 raise
             raise EncmapError(f"{where} broke off ({type(e).__name__}: {e}); refused (nothing from it is kept)") from None
+        finally:
+            _DEADLINE.at = None
         return _parse(f"model {self.model!r}: HTTP {status} from {self.spec['base_url']} for {what}", bytes(body),
-                      ctype)
+                      ctype, self.key)
 
     def batch(self, texts: list[str], first: int | None, keep: bool = True) -> np.ndarray:
         """Vectors (b, d) of ``texts`` (inputs ``first``...; None: the drift probes); cached when ``keep``."""
@@ -365,7 +550,7 @@ class Fetcher:
                               f"{response.model!r}, not {expected!r}; refused (nothing from it is kept). If that is "
                               f"the model you mean, set served_model: {response.model!r} in its entry")
         try:
-            E, tokens = _vectors(self.model, response, len(texts), self.width, first)
+            E, tokens = _vectors(self.model, response, len(texts), self.width, first, self.key)
         except EncmapError:
             with self.lock:  # an answer arrived, and may be billed, however wrong: it counts against the budget
                 self.spent += estimate_tokens(texts)
@@ -383,17 +568,19 @@ class Fetcher:
         return E
 
 
-def _parse(where: str, body: bytes, ctype: str) -> SimpleNamespace:
+def _parse(where: str, body: bytes, ctype: str, key: str | None) -> SimpleNamespace:
     """An embeddings response's fields (``data`` items with ``index`` and ``embedding``, ``usage``,
-    ``model``) from its body, or a refusal saying what it was instead."""
+    ``model``) from its body, or a refusal saying what it was instead (quoting the body, the key
+    redacted before it is cut)."""
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        raise EncmapError(f"{where} is not an embeddings response: not JSON ({ctype or 'no content type'}, "
-                          f"{bytes(body[:60])!r}); refused (nothing from it is kept)") from None
+        said, kind = _quote(body.decode("utf-8", "replace"), 60, key), _quote(ctype, 80, key) or "no content type"
+        raise EncmapError(f"{where} is not an embeddings response: not JSON ({kind}, {said!r}); refused (nothing from "
+                          "it is kept)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-        raise EncmapError(f"{where} is not an embeddings response: no 'data' list ({str(doc)[:80]!r}); refused "
-                          "(nothing from it is kept)")
+        raise EncmapError(f"{where} is not an embeddings response: no 'data' list ({_quote(str(doc), 80, key)!r}); "
+                          "refused (nothing from it is kept)")
     items = [SimpleNamespace(index=d.get("index"), embedding=d.get("embedding")) if isinstance(d, dict)
              else SimpleNamespace(index=None, embedding=None) for d in doc["data"]]
     usage = doc.get("usage")
