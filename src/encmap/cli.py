@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return repro(Path(args.params).resolve().parent, args.targets, passed, args.dry_run)
         if args.cmd == "record":
-            from .workflow.made import record
+            from .workflow.repro import record
 
             return record(Path(args.params).resolve().parent)
         if args.cmd == "catalogue":
