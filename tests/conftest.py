@@ -135,7 +135,7 @@ def user_file(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def snakemade(tmp_path_factory) -> Path:
     """Ten control models (``light_params``) through plain ``snakemake --cores 2`` (the README's
-    command 1), committed; built once for the session (test_record reads copies of it;
+    command 1, which records itself in dvc.lock: a DVC project), committed; built once for the session (test_record reads copies of it;
     test_dvc_route's project and test_failures' killed ``dvc repro`` start from copies recorded by
     ``encmap record``)."""
     from support.project import built_once, light_params, make_project, run

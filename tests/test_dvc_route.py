@@ -18,18 +18,18 @@ from support.project import REPO, run, tree_hashes, with_param
 @pytest.fixture(scope="module")
 def computed(snakemade, tmp_path_factory) -> Path:
     """Ten control models, made by plain Snakemake (conftest's ``snakemade``, shared with
-    test_record) and recorded by ``encmap record``, committed: each test works on a copy. (The
-    same dvc.lock as ``encmap repro`` of the same params: test_record shows it up to date, and
+    test_record) and recorded in dvc.lock as the run ended, committed: each test works on a copy.
+    (The same dvc.lock as ``encmap repro`` of the same params: test_record shows it up to date, and
     test_repro shows ``encmap repro`` records what ``dvc repro`` would.) Without the plain run's
-    integrity ledger, as ``encmap repro`` leaves a project (under DVC none is kept): these tests
-    damage files behind a DVC-made project."""
+    ledger, as ``dvc repro`` leaves a project (under DVC none is kept): these tests damage files
+    behind a DVC-made project."""
     from encmap.workflow.integrity import LEDGER
 
     proj = copy(snakemade, tmp_path_factory.mktemp("computed"))
     out = run("encmap record", proj).stdout
     assert "still stale" not in out and json.loads(run("dvc status --json", proj).stdout) == {}, out
     (proj / LEDGER).unlink()
-    run("git add -A && git commit -qm recorded", proj)
+    assert run("git status --porcelain", proj).stdout == ""  # the plain run's end recorded it all, committed
     return proj
 
 

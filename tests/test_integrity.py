@@ -35,6 +35,7 @@ def built(tmp_path_factory, tiny_bert, user_file) -> Path:
     proj = make_project(tmp_path_factory.mktemp("built") / "p", params)
     run("snakemake --cores 2", proj)
     assert (proj / ".snakemake/encmap/ledger.sqlite").is_file()
+    assert not (proj / "dvc.lock").exists() and not (proj / "results/code").exists()  # no DVC here: none of its files
     return proj
 
 

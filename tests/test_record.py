@@ -43,8 +43,11 @@ def still_stale(out: str) -> dict[str, str]:
 def test_a_plain_snakemake_run_is_recorded_and_then_shared_and_compared(made, tmp_path):
     """Old: after command 1, `encmap repro --dry-run` reported every stage stale and there was no
     dvc.lock, so `dvc push` had nothing to send and `dvc exp run -S map.perplexity=5` reran
-    everything."""
+    everything. Issue 63: the plain run itself records what it made in dvc.lock (old: a step to
+    remember, `encmap record`, which stays for runs made elsewhere)."""
     proj = copy(made, tmp_path)
+    assert stale(proj) == set()  # the run's end recorded it
+    (proj / "dvc.lock").unlink()  # as a run made elsewhere (a cluster's submit host) leaves the project
     before = tree_hashes(proj, "data", "results")
     assert len(stale(proj)) > 40
     out = run("encmap record", proj).stdout
@@ -54,7 +57,7 @@ def test_a_plain_snakemake_run_is_recorded_and_then_shared_and_compared(made, tm
     book = ("results/code/", "results/params/")  # the digests and slices record writes as DVC's bookkeeping does
     assert {k: v for k, v in tree_hashes(proj, "data", "results").items() if not k.startswith(book)} == \
         {k: v for k, v in before.items() if not k.startswith(book)}  # no artifact touched, no job run
-    run("git add -A && git commit -qm recorded", proj)
+    run("git diff --exit-code dvc.lock", proj)  # what the run's end recorded, byte for byte
     out = run("dvc exp run -S map.perplexity=2", proj).stdout
     assert ran(out) == {"map"}, out
     run("git checkout -q -- . && dvc checkout -q", proj)
@@ -69,10 +72,11 @@ def test_a_plain_snakemake_run_is_recorded_and_then_shared_and_compared(made, tm
 @pytest.mark.slow(minutes=2)
 def test_nothing_that_was_not_made_from_the_current_inputs_is_recorded(made, tmp_path):
     """Each hostile case on its own copy: it is named as stale, the rest is recorded."""
-    from encmap.workflow.made import MADE
+    from encmap.workflow.made import LEDGER
 
     def case(name: str, edit) -> tuple[dict[str, str], set[str]]:
         proj = copy(made, tmp_path / name)
+        (proj / "dvc.lock").unlink()  # what the run's end recorded: a run made elsewhere is recorded here
         edit(proj)
         out = run("encmap record", proj).stdout
         return still_stale(out), stale(proj)
@@ -134,8 +138,110 @@ def test_nothing_that_was_not_made_from_the_current_inputs_is_recorded(made, tmp
     assert "gather" in left and set(left) == dvc
 
     def no_ledger(proj):  # nothing recorded what made the files: nothing can be shown made
-        (proj / MADE).unlink()
+        (proj / LEDGER).unlink()
 
     left, dvc = case("ledger", no_ledger)
     assert set(left) == dvc and len(dvc) > 40 and all("no job of a Snakemake run made it" in w or "above it" in w
                                                       for w in left.values())
+
+
+def set_param(proj: Path, path: str, value) -> None:
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    (proj / "params.yaml").write_text(yaml.safe_dump(with_param(params, path, value), sort_keys=False))
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_dry_run_a_touch_run_and_a_slurm_job_that_wrote_nothing_made_nothing(made, tmp_path):
+    """Issue 63, cases 1-3. Old: after a params change, `snakemake -n` (or `--executor dryrun`, or
+    `-n` with a SLURM profile), `snakemake --touch`, or a SLURM job reported COMPLETED that wrote
+    nothing (its update() outputs kept) left the map recorded as made by `encmap record`; and
+    `encmap repro` through such a SLURM recorded it as made too."""
+    from support.silent_slurm import silent_slurm
+
+    proj = copy(made, tmp_path)  # recorded in dvc.lock by the run's end
+    coords = (proj / "results/map/coords.csv").read_bytes()
+    set_param(proj, "map.seed", 5)
+    fake = tmp_path / "silent-slurm"
+    profile = silent_slurm(fake, proj)
+    for cmd in ("snakemake --cores 2 -n", "snakemake --cores 2 --executor dryrun", "snakemake --cores 2 --touch",
+                f"PATH={fake}:$PATH snakemake -n --profile {profile}", f"PATH={fake}:$PATH snakemake --profile {profile}"):
+        run(cmd, proj)
+        left = still_stale(run("encmap record", proj).stdout)
+        assert set(left) == {"map"} and left["map"].endswith("made with other params than params.yaml's now"), \
+            (cmd, left)
+    assert (proj / "results/map/coords.csv").read_bytes() == coords
+    out = run(f"PATH={fake}:$PATH encmap repro -- --profile {profile}", proj, check=False)
+    assert out.returncode == 1 and "0 stages recorded" in out.stdout and stale(proj) == {"map"}, out.stdout[-2000:]
+    run("encmap repro", proj)
+    assert stale(proj) == set() and (proj / "results/map/coords.csv").read_bytes() != coords
+
+
+@pytest.mark.slow(minutes=2)
+def test_the_files_curate_and_tasks_read_are_inputs_of_what_they_made(made, tmp_path):
+    """Issue 63, case 4. Old: a curate source (a `file` source) or a file of the tasks' data
+    (`evaluate.data`) edited after the run: `encmap record` recorded curate and tasks as made from
+    it (their jobs had no Snakemake inputs to compare), though DVC hashes them as their deps."""
+    from support.project import write_user_file
+
+    proj = copy(made, tmp_path)
+    mine = write_user_file(tmp_path / "mine.txt")
+    shutil.copytree(Path(yaml.safe_load((proj / "params.yaml").read_text())["evaluate"]["data"]["brown"]),
+                    tmp_path / "brown")
+    params = yaml.safe_load((proj / "params.yaml").read_text())
+    params["sentences"]["sources"].append({"name": "mine", "kind": "file", "path": str(mine), "weight": 1.0,
+                                          "text_field": "text"})
+    params["evaluate"]["data"]["brown"] = str(tmp_path / "brown")
+    (proj / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    run("encmap deps --write", proj)  # dvc.yaml names the sources params names
+    sentences = f"data/sentences/{params['sentences']['set']}.txt"
+    run(f"snakemake --cores 2 --allowed-rules curate tasks {sentences} data/eval/tasks.json", proj)
+    left = still_stale(run("encmap record", proj).stdout)
+    assert "curate" not in left and "tasks" not in left, left  # made from these files: recorded
+    first = sorted((tmp_path / "brown").iterdir())[3]
+    first.write_bytes(first.read_bytes() + b"\nan added line\n")
+    left = still_stale(run("encmap record", proj).stdout)
+    assert left["tasks"] == f"data/eval/tasks.json: its input {tmp_path / 'brown'} changed since", left
+    assert "curate" not in left, left
+    mine.write_text(mine.read_text().replace("\n", " Edited.\n", 3))
+    left = still_stale(run("encmap record", proj).stdout)
+    assert left["curate"].endswith(f"its input {mine} changed since"), left
+    assert stale(proj) >= {"curate", "tasks"}
+
+
+@pytest.mark.slow(minutes=2)
+def test_a_damaged_ledger_is_set_aside_and_the_code_is_taken_as_the_job_starts(made, tmp_path):
+    """Issue 63, cases 5 and 6 (one run for both: a plain run costs a minute). Old: made.sqlite
+    damaged (random bytes, a folder in its place): every plain `snakemake` died after its first job
+    with sqlite3's traceback, `encmap record` too, the file never named. And the code digest was
+    taken when the stage's first job finished: a code edit while the job ran was recorded as the
+    code that made its output."""
+    import subprocess
+
+    from support.project import env
+
+    from encmap.workflow.made import LEDGER
+
+    proj = copy(made, tmp_path)  # recorded in dvc.lock by the run's end
+    (proj / LEDGER).write_bytes(bytes(range(256)) * 20)
+    set_param(proj, "map.seed", 5)
+    job = subprocess.Popen("snakemake --cores 2", shell=True, cwd=proj, env=env(), text=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = []
+    for line in job.stderr:  # the map job has started (Snakemake prints it as it submits it)
+        err.append(line)
+        if line.strip() in ("rule map:", "localrule map:"):
+            code = proj / "src/encmap/maps/tsne.py"
+            code.write_text(code.read_text() + "\n# edited while the map job ran\n")
+            break
+    err = "".join(err) + job.stderr.read()
+    assert job.wait() == 0, err[-3000:]
+    lines = [x for x in err.splitlines() if str(proj / LEDGER) in x]
+    assert len(lines) == 1 and "not a readable ledger" in lines[0] and "set aside" in lines[0], err[-3000:]
+    assert "Traceback" not in err and (proj / (LEDGER + ".damaged")).is_file()
+    left = still_stale(run("encmap record", proj).stdout)  # what the fresh ledger knows: map, by the old code
+    assert set(left) == {"map"} and left["map"].endswith("made by other code than the stage's now"), left
+    (proj / LEDGER).unlink()
+    (proj / LEDGER).mkdir()
+    r = run("encmap record", proj)
+    assert "Traceback" not in r.stdout + r.stderr and f"{proj / LEDGER}: not a readable ledger" in r.stderr, r.stderr
+    assert still_stale(r.stdout) == {"map": "results/map/neighbours.csv: no job of a Snakemake run made it"}

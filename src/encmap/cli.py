@@ -173,7 +173,7 @@ def _repro(args: argparse.Namespace) -> int:
 
 
 def _record(args: argparse.Namespace) -> int:
-    from .workflow.made import record
+    from .workflow.repro import record
 
     return record(Path(args.params).resolve().parent)
 

@@ -5,9 +5,9 @@ Snakemake decides what to rerun by modification times, and a directory output by
 written into one, or an edited pair file, left it saying "Nothing to be done" while the damage
 surfaced later in another stage, blaming another file. DVC notices, because it hashes.
 
-So encmap keeps a ledger (``.snakemake/encmap/ledger.sqlite``, local like Snakemake's own
-metadata) of every file under ``data/`` and ``results/``: size, modification time and sha256,
-recorded when a run ends (:func:`record`). When the next run starts (:func:`verify`, from
+So encmap's ledger (:mod:`.made`, table ``files``) keeps every file under ``data/`` and
+``results/``: size, modification time and sha256, recorded as each job finishes (its outputs) and
+when a run ends (:func:`record`: the rest). When the next run starts (:func:`verify`, from
 ``rules/common.smk``), a file whose size or time changed is hashed again: the same content (a
 ``dvc checkout``, ``snakemake --touch``) only refreshes its entry; other content, or a file gone
 from a directory output, is damage. Damage is reported naming the file, the damaged content is
@@ -16,7 +16,6 @@ directory output) is handed to Snakemake as ``--forcerun``: its job runs again i
 whatever the run's targets, and the jobs after it follow. Nothing is moved or deleted. Until
 the job has rewritten it, the output stays marked damaged: a run that fails first, or a dry run
 (which only reports and changes nothing), leaves the mark, and the next run reports it again.
-
 Only stat calls when nothing changed; only changed files are hashed. Under DVC (``DVC_STAGE`` is
 set) both steps stand aside: DVC hashes every output itself.
 """
@@ -31,10 +30,10 @@ from pathlib import Path
 from typing import Iterable
 
 from .deps import DIGESTS, SLICES
-from .jobs import REFUSED_LOG, UNDER_DVC  # noqa: F401 (UNDER_DVC: encmap repro sets it)
+from .jobs import REFUSED_LOG, UNDER_DVC
+from .made import LEDGER, connect, digest  # noqa: F401 (LEDGER: the ledger these tables are in)
 from ..io import file_sha256
 
-LEDGER = ".snakemake/encmap/ledger.sqlite"
 #: Where the pipeline's artifacts live (relative to the workflow root).
 TRACKED = ("data", "results")
 #: Not Snakemake's: the code digests and params slices, written by DVC's bookkeeping stages alone
@@ -55,17 +54,6 @@ def _files(root: Path) -> dict[str, os.stat_result]:
                 p = Path(dirpath) / name
                 out[str(p.relative_to(root))] = p.stat()
     return out
-
-
-def _connect(root: Path) -> sqlite3.Connection:
-    db = root / LEDGER
-    db.parent.mkdir(parents=True, exist_ok=True)
-    con = sqlite3.connect(db, timeout=60)
-    con.execute("CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, "
-                "sha256 TEXT)")
-    # Content found damaged (a file's sha256 that is not the recorded one), until its job rewrites it.
-    con.execute("CREATE TABLE IF NOT EXISTS damaged (path TEXT PRIMARY KEY, sha256 TEXT)")
-    return con
 
 
 def _owner(rel: str, dir_outputs: Iterable[str]) -> str:
@@ -99,7 +87,7 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
     found = _files(root)
     messages: list[str] = []
     rerun: set[str] = set()
-    with closing(_connect(root)) as con, con:
+    with closing(connect(root)) as con, con:
         if not dry_run:
             _take_refused(root, con)
         known = {p: (size, mtime, sha) for p, size, mtime, sha in con.execute("SELECT * FROM files")}
@@ -150,12 +138,11 @@ def record(root: str | Path = ".") -> None:
     """
     root = Path(root)
     found = _files(root)
-    with closing(_connect(root)) as con, con:
+    with closing(connect(root)) as con, con:
         _take_refused(root, con)
-        known = {p: (size, mtime) for p, size, mtime, _ in con.execute("SELECT * FROM files")}
         marked = dict(con.execute("SELECT * FROM damaged"))
-        for rel in set(known) - set(found):
-            con.execute("DELETE FROM files WHERE path = ?", (rel,))
+        con.executemany("DELETE FROM files WHERE path = ?", [(p,) for p, in con.execute("SELECT path FROM files")
+                                                             if p not in found])
         for rel, st in found.items():
             if rel in marked:
                 now = file_sha256(root / rel)
@@ -163,9 +150,8 @@ def record(root: str | Path = ".") -> None:
                     continue
                 con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (rel, st.st_size, st.st_mtime_ns, now))
-            elif known.get(rel) != (st.st_size, st.st_mtime_ns):
-                con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                            (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
+            else:  # hashed only if its size or time changed (a job's outputs are already in: made.digest)
+                digest(con, root, rel, keep=True)
 
 
 def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Connection | None = None) -> list[str]:
@@ -174,7 +160,7 @@ def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Con
     good: the next run reruns their jobs. Returns the tracked paths marked."""
     root = Path(root).resolve()
     marked = []
-    with (closing(_connect(root)) if con is None else nullcontext(con)) as c, c:
+    with (closing(connect(root)) if con is None else nullcontext(con)) as c, c:
         for f in files:
             p = Path(f) if Path(f).is_absolute() else root / f
             try:
@@ -213,10 +199,9 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
     """``rules/common.smk``, before the DAG is built: report damaged artifacts and rerun their jobs.
 
     Their outputs join Snakemake's ``--forcerun`` (which also makes them targets of this run). A
-    dry run (``-n``) lists those jobs too, and changes nothing (the ledger included); ``--touch`` re-stamps every output and is
-    left alone. The
-    executor (which knows both) is not set up yet when the Snakefile is read: the flags come from
-    Snakemake's command line.
+    dry run (``-n``) lists those jobs too, and changes nothing (the ledger included); ``--touch``
+    re-stamps every output and is left alone. The executor (which knows both) is not set up yet
+    when the Snakefile is read: the flags come from Snakemake's command line.
     """
     argv = sys.argv if argv is None else argv
     if not active(workflow) or _flag(argv, ("--touch",), "t"):
@@ -247,7 +232,11 @@ def force_rerun(workflow, outputs: Iterable[str]) -> None:
 
 
 def record_for_snakemake(workflow, argv: list[str] | None = None) -> None:
-    """``onsuccess`` / ``onerror``: record the artifacts as the run leaves them (not in a dry run)."""
+    """``onsuccess`` / ``onerror``: record the artifacts as the run leaves them (not in a dry run),
+    and in a project with DVC what its jobs made in ``dvc.lock`` (:func:`.repro.record_run`)."""
+    from .repro import record_run
+
     argv = sys.argv if argv is None else argv
     if active(workflow) and not _flag(argv, ("--dry-run", "--dryrun"), "n"):
         record(Path(workflow.basedir))
+        record_run(Path(workflow.basedir))

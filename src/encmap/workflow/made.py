@@ -1,19 +1,23 @@
-"""What a plain ``snakemake`` run made, and from what: so that DVC can record it (``encmap record``).
+"""The ledger: what each Snakemake job made and from what, and the digest of every artifact.
 
-The main command is ``snakemake --cores all``; sharing (``dvc push``) and experiments
-(``dvc exp run -S``) need ``dvc.lock``. ``dvc commit`` would record whatever is on disk, stale
-or not. Instead every Snakemake run keeps, per output, what its job was made from when the job
-finished (:func:`record_made`, from ``rules/common.smk``): the output's content digest, the
-digest of the code its stage runs, its params slice and the content digest of every input the
-job read, in ``.snakemake/encmap/made.sqlite`` (local, like Snakemake's own metadata).
+One SQLite file, ``.snakemake/encmap/ledger.sqlite`` (local, like Snakemake's own metadata), that
+every reader uses: a plain run's integrity check (:mod:`.integrity`: tables ``files``, size, time
+and sha256 of every artifact, and ``damaged``), ``encmap record`` and ``encmap repro`` (``made``).
+A file is hashed once: its sha256 is the ledger's while its size and time are (:func:`digest`).
 
-``encmap record`` (:func:`record`) writes the code digests and params slices as DVC's
-bookkeeping stages do, then records in ``dvc.lock``, as ``dvc commit`` would, each stale stage
-whose every output was made by a job of the current code, params slice and inputs and still holds
-what that job wrote, with every stage above it up to date or recorded. Nothing is inferred from
-file times. Every other stale stage stays stale and is named with the reason. No job runs.
+``made`` has a row per output a job ran and wrote (:func:`record_made`): its digest when the job
+finished, and what the job was made from as it started: its stage's code digest, params slice and
+the digest of every input it read (its Snakemake inputs and the files params name for its stage,
+as DVC hashes them: curate's corpora, the tasks' data). A dry run, the touch executor and a job
+that wrote nothing (a remote job whose ``update()`` outputs are the last run's files) make none.
 
-Plumbing: never what a result is (that is the steps'), only whether a file is one.
+``encmap record`` (:func:`.repro.record`; a plain run's end in a DVC project: :func:`.repro.record_run`)
+writes the code digests and params slices as DVC's bookkeeping stages do, then records in
+``dvc.lock``, as ``dvc commit`` would, each stale stage whose every output was made by a job of the
+current code, params slice and inputs and still holds what that job wrote, every stage above it
+up to date or recorded. Nothing is inferred from file times; every other stale stage stays stale,
+named with the reason; no job runs. ``encmap repro`` records a stage whose every target a job of
+its own call made (:func:`still_made`).
 """
 
 from __future__ import annotations
@@ -21,43 +25,115 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import sqlite3
-import time
+import sys
 from contextlib import closing
 from pathlib import Path
 
+from ..io import file_sha256
 
-MADE = ".snakemake/encmap/made.sqlite"
+LEDGER = ".snakemake/encmap/ledger.sqlite"
+_SCHEMA = """CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT);
+CREATE TABLE IF NOT EXISTS damaged (path TEXT PRIMARY KEY, sha256 TEXT);
+CREATE TABLE IF NOT EXISTS made (path TEXT PRIMARY KEY, digest TEXT, stage TEXT, code TEXT, params TEXT,
+inputs TEXT);"""
+#: The basis of each workflow recorded for (by id); jobs submitted, not finished; rows this process wrote.
+_BASES, _STARTED, _ROWS = {}, {}, [0]
 
 
 def _sha(text: str | None) -> str | None:
     return None if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _connect(root: Path) -> sqlite3.Connection:
-    db = root / MADE
+def connect(root: Path) -> sqlite3.Connection:
+    """The ledger at ``root``, created if absent. One that is no database (damaged, a folder) is named
+    in one line on stderr and set aside (``.damaged``); a fresh one starts, what it knew forgotten
+    (nothing shown made, damage looked for from the files as they are): no run breaks."""
+    db = root / LEDGER
     db.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        con = sqlite3.connect(db, timeout=60)
+        con.executescript(_SCHEMA)
+        return con
+    except sqlite3.DatabaseError as e:
+        if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
+            raise
+        aside = db.with_name(db.name + ".damaged")
+        shutil.rmtree(aside) if aside.is_dir() else aside.unlink(missing_ok=True)
+        os.replace(db, aside)
+        print(f"encmap: {db}: not a readable ledger ({e}); set aside as {aside.name}, a fresh one started "
+              "(what it recorded is forgotten)", file=sys.stderr)
     con = sqlite3.connect(db, timeout=60)
-    con.execute("CREATE TABLE IF NOT EXISTS made (path TEXT PRIMARY KEY, digest TEXT, stage TEXT, code TEXT, "
-                "params TEXT, inputs TEXT)")
+    con.executescript(_SCHEMA)
     return con
 
 
+def digest(con: sqlite3.Connection, root: Path, path: str, keep: bool = False) -> str | None:
+    """The content digest of ``path`` (relative to ``root``, or absolute): a file's sha256, a folder's
+    over its files' names and sha256 (but ``.snakemake_timestamp``), or None. A file's is the ledger's
+    while its size and time are; ``keep``: the files hashed are recorded (outputs a job just wrote)."""
+    p = root / path
+    if p.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(f for f in p.rglob("*") if f.is_file() and f.name != ".snakemake_timestamp"):
+            h.update(str(f.relative_to(p)).encode() + b"\0")
+            h.update(digest(con, root, os.path.join(path, f.relative_to(p)), keep).encode())
+        return "dir:" + h.hexdigest()
+    try:
+        st = p.stat()
+    except OSError:
+        return None
+    row = con.execute("SELECT size, mtime_ns, sha256 FROM files WHERE path = ?", (path,)).fetchone()
+    if row is not None and row[:2] == (st.st_size, st.st_mtime_ns):
+        return row[2]
+    sha = file_sha256(p)
+    if keep:
+        con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (path, st.st_size, st.st_mtime_ns, sha))
+    return sha
+
+
+def _files(path: Path) -> frozenset | None:
+    """The files ``path`` holds as (name, device, inode, size), or None. encmap's steps write each
+    artifact as a new file renamed into place: a file with its inode and size from before a job was
+    not written by it (Snakemake's touch of a finished job's outputs changes only their times)."""
+    def key(f: Path, name: str) -> tuple:
+        st = f.stat()
+        return name, st.st_dev, st.st_ino, st.st_size
+
+    try:
+        if path.is_dir():
+            return frozenset(key(f, str(f.relative_to(path))) for f in path.rglob("*")
+                             if f.is_file() and not f.name.startswith("."))
+        return frozenset([key(path, "")]) if path.exists() else None
+    except OSError:
+        return None
+
+
 class Basis:
-    """What a job of a stage is made from, computed once per process per stage and model: the
-    sha256 of its code digest text and of its params slice."""
+    """What a job of a stage is made from: the sha256 of its code digest text (taken afresh when a
+    code file's size or time changed) and of its params slice."""
 
     def __init__(self, root: Path, config: dict):
         self.root, self.config = root, config
-        self._code: dict[str, str] = {}
+        self._code: dict[str, tuple] = {}  # stage -> (files, their stat keys, digest)
         self._slices: dict[str, str] | None = None
 
     def code(self, stage: str) -> str:
         from .deps import stage_digest
 
-        if stage not in self._code:
-            self._code[stage] = _sha(stage_digest(self.root, stage))
-        return self._code[stage]
+        def stats(files) -> tuple | None:
+            try:
+                return tuple((st.st_size, st.st_mtime_ns) for st in (os.stat(self.root / f) for f in files))
+            except OSError:
+                return None
+
+        files, then, sha = self._code.get(stage, ((), None, None))
+        if sha is None or then is None or stats(files) != then:
+            text = stage_digest(self.root, stage)
+            files = [line.split("  ", 1)[1] for line in text.splitlines()[1:]]  # <sha256>  <path>
+            self._code[stage] = (files, stats(files), _sha(text))
+        return self._code[stage][2]
 
     def params(self, stage: str, model: str | None) -> str | None:
         from .deps import STAGE_PARAMS, param_slices, per_model, slice_path
@@ -70,150 +146,71 @@ class Basis:
 
 
 def record_made(workflow) -> None:
-    """``rules/common.smk``: every job Snakemake declares finished (outputs checked) records its
-    outputs' digests and what it was made from (:data:`MADE`). Not under DVC, which records itself."""
+    """``rules/common.smk``: a job that ran and wrote its outputs gets ``made`` rows (module docstring)
+    when Snakemake declares it finished (outputs checked); in Snakemake's main process (a remote
+    job's leaves it to the submitting one), not under ``dvc repro`` (``DVC_STAGE``: DVC records)."""
     from snakemake.dag import DAG
+    from snakemake.scheduling.job_scheduler import JobScheduler
 
-    from .integrity import UNDER_DVC
-    from .snakemake_call import content_digest
-    from .stages import STAGES
-
-    if os.environ.get("DVC_STAGE") or os.environ.get(UNDER_DVC):
+    if os.environ.get("DVC_STAGE") or not workflow.is_main_process:
         return
-    finish = DAG.finish
-    if getattr(finish, "_encmap_made", None) is not None:
-        finish = finish._encmap_made  # a second workflow in this process: wrap the original once
-    root = Path(workflow.basedir)
-    basis = Basis(root, workflow.config)
-    seen: dict[str, tuple] = {}  # path -> (stat key, digest) of what this process hashed
+    _BASES[id(workflow)] = Basis(Path(workflow.basedir), workflow.config)
+    if getattr(DAG.finish, "_encmap_made", False):  # the hooks: once per process
+        return
+    finish, submit = DAG.finish, JobScheduler.run
 
-    def digest(path) -> str | None:
-        # Within one run, a file this process hashed (an output it just checked, an input another job
-        # read) is not read again while its size, time and inode stay: a pair stage reads every PIP.
-        p = os.path.normpath(str(path))
-        try:
-            st = os.stat(p)
-            key = (st.st_size, st.st_mtime_ns, st.st_ino, os.path.isdir(p))
-        except OSError:
-            return None
-        if key[3] or p not in seen or seen[p][0] != key:  # directories: always (their files may change)
-            seen[p] = (key, content_digest(p))
-        return seen[p][1]
+    def recording(wf) -> Basis | None:
+        return None if wf.dryrun or wf.touch else _BASES.get(id(wf))
+
+    def members(job) -> list:
+        return list(job) if job.is_group() else [job]
+
+    def recording_submit(self, jobs, *args, **kwargs):
+        from .stages import STAGES
+
+        basis = recording(self.workflow)
+        if basis is not None:
+            with closing(connect(root := basis.root)) as con:
+                for j in (j for job in jobs for j in members(job) if j.rule.name in STAGES):
+                    stage = j.rule.name
+                    model = j.wildcards.get("model") if hasattr(j.wildcards, "get") else None
+                    read = {os.path.normpath(f) for f in [*map(str, j.input), *STAGES[stage].sources(basis.config)]}
+                    _STARTED[j] = (stage, basis.code(stage), basis.params(stage, model),
+                                   json.dumps({f: digest(con, root, f) for f in read}, sort_keys=True),
+                                   {os.path.normpath(str(o)): _files(root / str(o)) for o in j.output})
+        return submit(self, jobs, *args, **kwargs)
 
     async def recording_finish(self, job, *args, **kwargs):
-        rows = []
-        for j in (list(job) if job.is_group() else [job]):
-            stage = j.rule.name
-            if stage not in STAGES:
-                continue
-            model = j.wildcards.get("model") if hasattr(j.wildcards, "get") else None
-            inputs = {os.path.normpath(str(f)): digest(f) for f in j.input}
-            code, params = basis.code(stage), basis.params(stage, model)
-            for out in j.output:
-                seen.pop(os.path.normpath(str(out)), None)  # just written: hashed afresh
-                rows.append((os.path.normpath(str(out)), digest(out), stage, code, params,
-                             json.dumps(inputs, sort_keys=True)))
-        if rows:
-            with closing(_connect(root)) as con, con:
-                con.executemany("INSERT OR REPLACE INTO made VALUES (?, ?, ?, ?, ?, ?)", rows)
+        basis = recording(self.workflow)
+        started = [_STARTED.pop(j) for j in members(job) if j in _STARTED]
+        if basis is not None and started:
+            with closing(connect(basis.root)) as con, con:
+                con.executemany("INSERT OR REPLACE INTO made VALUES (?, ?, ?, ?, ?, ?)", [
+                    (out, digest(con, basis.root, out, keep=True), stage, code, params, inputs)
+                    for stage, code, params, inputs, before in started for out, was in before.items()
+                    # still the file(s) of before the job: it wrote nothing there
+                    if was is None or _files(basis.root / out) != was])
+                _ROWS[0] += con.total_changes
         return await finish(self, job, *args, **kwargs)
 
-    recording_finish._encmap_made = finish
-    DAG.finish = recording_finish
+    recording_finish._encmap_made = recording_submit._encmap_made = True
+    DAG.finish, JobScheduler.run = recording_finish, recording_submit
 
 
-def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, model: str | None,
-             digests: dict) -> str | None:
-    """Why the DVC outputs ``outs`` of ``stage`` (its outs, metrics and plots: what DVC would record)
-    cannot be shown made from the current code, params and inputs, or None. A directory output
-    that no job made whole must hold only files that jobs made (per-encoder files)."""
-    from .snakemake_call import content_digest
-
-    def now(path: str) -> str | None:
-        if path not in digests:
-            digests[path] = content_digest(root / path)
-        return digests[path]
-
-    code, params = basis.code(stage), basis.params(stage, model)
-    owners = []
-    for out in map(os.path.normpath, outs):
-        if out in made or not (root / out).is_dir():
-            owners.append(out)
-            continue
-        inside = sorted(str(p.relative_to(root)) for p in (root / out).rglob("*")
-                        if p.is_file() and not p.name.startswith("."))
-        if not inside:
-            return f"{out}: empty, no job of a Snakemake run made it"
-        owners += inside
-    for owner in owners:
-        if owner not in made:
-            return f"{owner}: no job of a Snakemake run made it"
-        rec = made[owner]
-        if rec["digest"] is None or now(owner) != rec["digest"]:
-            return f"{owner}: changed since its job wrote it"
-        if rec["code"] != code:
-            return f"{owner}: made by other code than the stage's now"
-        if rec["params"] != params:
-            return f"{owner}: made with other params than params.yaml's now"
-        for path, digest in json.loads(rec["inputs"]).items():
-            if now(path) != digest:
-                return f"{owner}: its input {path} changed since"
-    return None
+def made_rows() -> int:
+    """How many ``made`` rows the jobs of this process wrote."""
+    return _ROWS[0]
 
 
-def record(root: str | Path = ".", log=print) -> int:
-    """``encmap record``: record in ``dvc.lock`` what a plain Snakemake run made (module docstring).
+def forget(root: Path, paths: list[str]) -> None:
+    """Delete the ``made`` rows of ``paths`` (``encmap repro``, before a call: those after it are its)."""
+    with closing(connect(root)) as con, con:
+        con.executemany("DELETE FROM made WHERE path = ?", [(os.path.normpath(p),) for p in paths])
 
-    Returns 0 (the stages it could not show made are listed, and stay stale for ``encmap repro``).
-    """
-    import networkx as nx
 
-    from ..params import load_params
-    from .deps import BOOKKEEPING
-    from .layout import stale_files
-    from .repro import _bookkeep, _per_model_targets, _save, _write_locks, dvc_session, plan
-    from .stages import stage_job
-
-    t0 = time.perf_counter()
-    root = Path(root).resolve()
-    params = load_params(root / "params.yaml")
-    with dvc_session(root, "encmap record") as repo:
-        for name in BOOKKEEPING:
-            _bookkeep(root, name, params)
-        pl = plan(repo)
-        saved = pl.ordered(pl.bookkeeping)
-        _save(saved)
-        made = {}
-        if (root / MADE).exists():
-            with closing(_connect(root)) as con:
-                for path, digest, stage, code, prm, inputs in con.execute("SELECT * FROM made"):
-                    made[path] = {"digest": digest, "stage": stage, "code": code, "params": prm, "inputs": inputs}
-        basis, digests = Basis(root, params), {}
-        per_model = _per_model_targets(params["models"])
-        recorded, left = [], {}
-        for s in pl.ordered(pl.stale):
-            above = [u for u in nx.descendants(pl.graph, s) & pl.stale if u not in recorded]
-            if above:
-                left[s.addressing] = f"a stage above it is not recorded ({above[0].addressing})"
-                continue
-            job = stage_job(s.addressing, params, per_model)
-            model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
-            why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, digests)
-            if why is None and job.prune is not None:
-                extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
-                                    paths=per_model.get(job.prune))
-                if extra:
-                    why = f"{extra[0].relative_to(root)}: no encoder of params makes it (encmap repro removes it)"
-            if why is None:
-                recorded.append(s)
-            else:
-                left[s.addressing] = why
-        _save(recorded)
-        _write_locks(repo, saved + recorded, log)
-    log(f"encmap record: {len(recorded)} of {len(pl.stale)} stale stages recorded in dvc.lock as made "
-        f"({time.perf_counter() - t0:.1f} s)")
-    for name, why in left.items():
-        log(f"  still stale: {name}: {why}")
-    if left:
-        log("encmap record: `encmap repro` (or `dvc repro`) makes what is still stale")
-    return 0
+def still_made(root: Path, groups: list[list[str]]) -> list[bool]:
+    """Per group of paths: whether a job made each (a ``made`` row) and it still holds what it wrote."""
+    with closing(connect(root)) as con:
+        found = dict(con.execute("SELECT path, digest FROM made"))
+        return [all(found.get(p) is not None and digest(con, root, p) == found[p] for p in map(os.path.normpath, g))
+                for g in groups]

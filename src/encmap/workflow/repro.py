@@ -1,12 +1,11 @@
-"""``encmap repro`` and ``encmap stage``: DVC decides what is stale, per model; Snakemake runs it.
+"""``encmap repro``, ``encmap stage``, ``encmap record``: DVC decides what is stale; Snakemake runs it.
 
 Every DVC stage's command is ``encmap stage``: it reads which stage it is from ``DVC_STAGE`` (set
 by DVC for every stage command; ``embed@<model>`` for a per-model stage), validates params.yaml,
 and runs that stage's Snakemake targets (:func:`encmap.workflow.stages.stage_job`, from the stage
-registry) with ``--force`` (DVC has decided
-they must run), ``--allowed-rules`` its rule and ``--rerun-incomplete`` (a killed run's markers
-never block the next one). No params value is ever put into a shell command: DVC interpolates
-none into ``encmap stage``, and the targets are computed from validated params.
+registry) with ``--force`` (DVC has decided they must run), ``--allowed-rules`` its rule and
+``--rerun-incomplete`` (a killed run's markers never block the next one). No params value is
+ever put into a shell command: DVC interpolates none into ``encmap stage``; targets come from valid params.
 
 ``dvc repro`` runs each stale stage's command in turn, and each command is a Snakemake process
 that builds the whole DAG: at 1,101 models, ~4,400 processes of ~2.4 s each before any compute,
@@ -14,9 +13,8 @@ and DVC rewrites ``dvc.lock`` after every stage. ``encmap repro`` brings DVC's b
 (code digests, params slices) up to date, reads DVC's decision (``Repo.status``; DVC's graph for
 what follows), runs the *same* stage jobs batched into one Snakemake call per batch (the SLURM
 profile or ``SNAKEMAKE_PROFILE`` passes through; the options it passes are an allow-list), and
-records in ``dvc.lock``, as ``dvc commit`` would, the stages for whose every target Snakemake
-declared a job of that call finished, the target still holding what the job wrote
-(:mod:`.snakemake_call`). It skips what ``dvc repro`` skips: a stage
+records in ``dvc.lock``, as ``dvc commit`` would, the stages whose every target a job of that call
+ran and wrote, still holding what it wrote (:mod:`.made`). It skips what ``dvc repro`` skips: a stage
 that is stale only because an upstream output is about to be remade is decided again once that
 output exists, so an output remade byte for byte stops the cascade. ``dvc repro``, ``dvc exp run
 -S``, ``dvc push/pull`` keep working on the same files.
@@ -27,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
-from .integrity import UNDER_DVC
-from .snakemake_call import finished_outputs, made
+from .jobs import UNDER_DVC
+from .made import Basis, connect, digest, forget, made_rows, still_made
 from .stages import StageJob, stage_job
 from ..validation import EncmapError
 
@@ -65,16 +64,14 @@ def snakemake_argv(jobs: list[StageJob], extra: list[str]) -> list[str]:
 
 
 class SnakemakeCalls:
-    """``encmap repro``'s Snakemake calls, each in a child process that records the jobs it finished.
+    """``encmap repro``'s Snakemake calls, each in a child process that records what its jobs made.
 
     The first child starts at once (:func:`.snakemake_call.serve`): it imports Snakemake and judges
-    the user's options and profiles while this process imports DVC, sends its verdict back
-    (:meth:`verdict`: nothing is read or changed before it), then waits to run the first call.
-    Snakemake is thus imported once per call, by the process that runs it (this process imported
-    it too, to judge the options: ~1.5 s of CPU per call); a later call (a run of several batches)
-    starts a child of its own, which checks the profiles again as it starts. A dry run makes no
-    call and judges the options here. Where nothing turns out stale, the first child was started
-    for nothing (~0.5 s of CPU more than judging here).
+    the options and profiles while this process imports DVC, sends its verdict (:meth:`verdict`:
+    nothing is read or changed before it), then waits to run the first call: Snakemake is imported
+    once per call (~1.5 s of CPU less). A later call starts a child of its own, which checks the
+    profiles as it starts. A dry run makes no call and judges here; where nothing is stale, the
+    first child was started for nothing (~0.5 s of CPU).
     """
 
     def __init__(self, root: Path, args: list[str], dry_run: bool = False):
@@ -112,8 +109,8 @@ class SnakemakeCalls:
             self.first.wait()
             raise EncmapError(refused)
 
-    def run(self, argv: list[str], ledger: Path) -> int:
-        """One Snakemake call of command line ``argv``, its finished jobs appended to ``ledger``; its exit status."""
+    def run(self, argv: list[str]) -> int:
+        """One Snakemake call of command line ``argv`` (what its jobs made goes to the ledger); its exit status."""
         # The target list outgrows the kernel's argument limit (~50,000 per-encoder files at the
         # catalogue's scale): Snakemake's own command line is handed over in a file.
         (self.root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
@@ -123,12 +120,12 @@ class SnakemakeCalls:
             proc, self.first = self.first, None
             if proc is not None:
                 try:
-                    proc.stdin.write(json.dumps({"argv_file": f.name, "ledger": str(ledger)}).encode() + b"\n")
+                    proc.stdin.write(json.dumps({"argv_file": f.name}).encode() + b"\n")
                     proc.stdin.close()
                 except BrokenPipeError:  # it ended: its exit status says so
                     pass
             else:
-                proc = subprocess.Popen([sys.executable, "-m", "encmap.workflow.snakemake_call", f.name, str(ledger)],
+                proc = subprocess.Popen([sys.executable, "-m", "encmap.workflow.snakemake_call", f.name],
                                         cwd=self.root, env=self.env)
             with proc:  # as subprocess.run waits (a Ctrl-C reaches Snakemake too, which stops its jobs)
                 try:
@@ -298,24 +295,17 @@ def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str]
          snakemake_args: list[str], calls: SnakemakeCalls, log) -> tuple[list, set[str], int]:
     """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
-    A stage has completed when Snakemake declared finished, in this call, a job for every one of
-    its targets, and each target still holds what that job wrote (:func:`.snakemake_call.made`),
-    whatever the exit status says: a failed job whose ``update()`` output Snakemake put back
-    made nothing. ``per_model``: :func:`_per_model_targets` of the params. Returns the completed
-    stages, the output paths whose content changed, and Snakemake's exit status.
+    A stage has completed when a job of this call ran and wrote each of its targets, still holding
+    what it wrote (:func:`.made.still_made`), whatever the exit status says: a failed job whose
+    ``update()`` output Snakemake put back, or one that wrote nothing, made nothing. ``per_model``:
+    :func:`_per_model_targets`. Returns the completed stages, the outputs changed, the exit status.
     """
     jobs = [stage_job(s.addressing, params, per_model) for s in stages]
     for j in jobs:
         _prune(root, params, j, per_model.get(j.prune) if j.prune else None, log)
-    (root / ".dvc" / "tmp").mkdir(parents=True, exist_ok=True)
-    fd, ledger = tempfile.mkstemp(suffix=".finished.jsonl", dir=root / ".dvc" / "tmp")
-    os.close(fd)
-    try:
-        rc = calls.run(snakemake_argv(jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args]), Path(ledger))
-        finished, now = finished_outputs(ledger), {}
-    finally:
-        os.unlink(ledger)
-    done = [s for s, j in zip(stages, jobs) if made(root, j.targets, finished, now)]
+    forget(root, [t for j in jobs for t in j.targets])
+    rc = calls.run(snakemake_argv(jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args]))
+    done = [s for s, ok in zip(stages, still_made(root, [list(j.targets) for j in jobs])) if ok]
     return done, _save(done), rc
 
 
@@ -498,3 +488,96 @@ def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_
             + (f" and {len(left) - 20} more" if len(left) > 20 else ""))
         return 1
     return 0
+
+
+def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, model: str | None,
+             con: sqlite3.Connection) -> str | None:
+    """Why the DVC outputs ``outs`` of ``stage`` (its outs, metrics and plots: what DVC would record)
+    cannot be shown made from the current code, params and inputs, or None. A directory output
+    that no job made whole must hold only files that jobs made (per-encoder files)."""
+    code, params = basis.code(stage), basis.params(stage, model)
+    owners = []
+    for out in map(os.path.normpath, outs):
+        if out in made or not (root / out).is_dir():
+            owners.append(out)
+            continue
+        inside = sorted(str(p.relative_to(root)) for p in (root / out).rglob("*")
+                        if p.is_file() and not p.name.startswith("."))
+        if not inside:
+            return f"{out}: empty, no job of a Snakemake run made it"
+        owners += inside
+    for owner in owners:
+        if owner not in made:
+            return f"{owner}: no job of a Snakemake run made it"
+        rec = made[owner]
+        if rec["digest"] is None or digest(con, root, owner) != rec["digest"]:
+            return f"{owner}: changed since its job wrote it"
+        if rec["code"] != code:
+            return f"{owner}: made by other code than the stage's now"
+        if rec["params"] != params:
+            return f"{owner}: made with other params than params.yaml's now"
+        for path, was in json.loads(rec["inputs"]).items():
+            if digest(con, root, path) != was:
+                return f"{owner}: its input {path} changed since"
+    return None
+
+
+def record(root: str | Path = ".", log=print) -> int:
+    """``encmap record`` (module docstring): 0; the stages not shown made are listed, stale for ``encmap repro``."""
+    import networkx as nx
+
+    from ..params import load_params
+    from .layout import stale_files
+
+    t0 = time.perf_counter()
+    root = Path(root).resolve()
+    params = load_params(root / "params.yaml")
+    with dvc_session(root, "encmap record") as repo, contextlib.closing(connect(root)) as con:
+        for name in BOOKKEEPING:
+            _bookkeep(root, name, params)
+        pl = plan(repo)
+        saved = pl.ordered(pl.bookkeeping)
+        _save(saved)
+        made = {row[0]: dict(zip(("digest", "stage", "code", "params", "inputs"), row[1:]))
+                for row in con.execute("SELECT * FROM made")}
+        basis = Basis(root, params)
+        per_model = _per_model_targets(params["models"])
+        recorded, left = [], {}
+        for s in pl.ordered(pl.stale):
+            above = [u for u in nx.descendants(pl.graph, s) & pl.stale if u not in recorded]
+            if above:
+                left[s.addressing] = f"a stage above it is not recorded ({above[0].addressing})"
+                continue
+            job = stage_job(s.addressing, params, per_model)
+            model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
+            why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, con)
+            if why is None and job.prune is not None:
+                extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
+                                    paths=per_model.get(job.prune))
+                if extra:
+                    why = f"{extra[0].relative_to(root)}: no encoder of params makes it (encmap repro removes it)"
+            if why is None:
+                recorded.append(s)
+            else:
+                left[s.addressing] = why
+        _save(recorded)
+        _write_locks(repo, saved + recorded, log)
+    log(f"encmap record: {len(recorded)} of {len(pl.stale)} stale stages recorded in dvc.lock as made "
+        f"({time.perf_counter() - t0:.1f} s)")
+    for name, why in left.items():
+        log(f"  still stale: {name}: {why}")
+    if left:
+        log("encmap record: `encmap repro` (or `dvc repro`) makes what is still stale")
+    return 0
+
+
+def record_run(root: Path) -> None:
+    """A plain run's end in a project with DVC (``.dvc``), if its jobs made something: :func:`record`.
+    Command 1 is then known to DVC without a step to remember; a failure is named, fails no run."""
+    if not made_rows() or not (root / ".dvc").is_dir():
+        return
+    try:
+        record(root)
+    except Exception as e:  # noqa: BLE001 (the run itself succeeded or failed on its own)
+        print(f"encmap: this run was not recorded in dvc.lock ({type(e).__name__}: {e}); `encmap record` "
+              "records it", file=sys.stderr)

@@ -8,26 +8,23 @@ things decide it, both from Snakemake itself rather than from what is on disk af
   pass; they are parsed with Snakemake's own argument parser, so every spelling Snakemake
   accepts (``-pt``, ``--tou``, ``--executor touch``) is judged as Snakemake reads it. The same
   holds for the profile's keys (``--profile``, ``SNAKEMAKE_PROFILE``, the workflow's default).
-- **The jobs that finished.** The call runs in a child process that records every job Snakemake
-  itself declares finished (after its outputs were checked), with a digest of each output's
-  content at that moment (:func:`run_recording`). A stage is made when every target is an
-  output of such a job and still has that content when the call ends: a failed job whose
-  ``update()`` output Snakemake put back, a job that never ran, or a file changed after its job
-  are not.
+- **The jobs that ran.** The call runs in a child process whose Snakefile records in the ledger
+  every output a job ran and wrote, as Snakemake declares the job finished (:mod:`.made`). A
+  stage is made when every target has such a row from this call and still holds that content
+  when the call ends: a failed job whose ``update()`` output Snakemake put back, a job that never
+  ran or wrote nothing, or a file changed after its job are not.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import hashlib
 import io
 import json
 import os
 import sys
 from pathlib import Path
 
-from ..io import file_sha256
 from ..validation import EncmapError
 
 #: Snakemake options (their argparse ``dest``) that ``encmap repro`` passes on: where and how many
@@ -172,54 +169,24 @@ def check_profiles(args: list[str], root: Path, environ: dict | None = None) -> 
                               f"--{dest.replace('_', '-')}, which may change which jobs run or what they compute")
 
 
-def content_digest(path: str | Path) -> str | None:
-    """sha256 over a file's bytes, or over a directory's files (relative names and bytes, sorted;
-    Snakemake's own ``.snakemake_timestamp`` marker left out); None if it does not exist."""
-    path = Path(path)
-    h = hashlib.sha256()
-    if path.is_dir():
-        files = sorted(p for p in path.rglob("*") if p.is_file() and p.name != ".snakemake_timestamp")
-        for p in files:
-            h.update(str(p.relative_to(path)).encode() + b"\0")
-            h.update(content_digest(p).encode())
-        return "dir:" + h.hexdigest()
-    if not path.is_file():
-        return None
-    return file_sha256(path)
-
-
-def _record_finished(ledger: str) -> None:
-    """Make Snakemake append every job it declares finished (outputs checked) to ``ledger``."""
-    from snakemake.dag import DAG
-
-    finish = DAG.finish
-
-    async def recording_finish(self, job, *args, **kwargs):
-        with open(ledger, "a", encoding="utf-8") as f:
-            for j in (list(job) if job.is_group() else [job]):
-                for out in j.output:
-                    f.write(json.dumps({"path": os.path.normpath(str(out)), "digest": content_digest(out)}) + "\n")
-        return await finish(self, job, *args, **kwargs)
-
-    DAG.finish = recording_finish
-
-
-def run_snakemake(argv: list[str], ledger: str | None = None, checked: bool = False) -> int:
-    """Snakemake's command line ``argv`` in this process (the working directory is the project's):
-    its profiles checked as Snakemake reads them (:func:`check_profiles`: ``encmap stage`` under
-    ``dvc repro`` checks nothing before; ``checked``: already done in this process, by
-    :func:`serve`), and with ``ledger`` every finished job's outputs appended to it. Returns
-    Snakemake's exit status (2: a profile refused)."""
+def run_snakemake(argv: list[str] | str, checked: bool = False) -> int:
+    """Snakemake's command line ``argv`` in this process (the working directory is the project's),
+    or the one in file ``argv`` (a JSON list: ``encmap repro``'s child, whose targets at the
+    catalogue's scale outgrow the kernel's argument limit): its profiles checked as Snakemake reads
+    them (:func:`check_profiles`: ``encmap stage`` under ``dvc repro`` checks nothing before;
+    ``checked``: already done in this process, by :func:`serve`). Returns Snakemake's exit status
+    (2: a profile refused)."""
     from snakemake.cli import main
 
+    if isinstance(argv, str):
+        with open(argv, encoding="utf-8") as f:
+            argv = json.load(f)
     if not checked:
         try:
             check_profiles(argv, Path.cwd())
         except EncmapError as e:
             print(f"encmap: {e}", file=sys.stderr)
             return 2
-    if ledger:
-        _record_finished(ledger)
     try:
         main(argv)
     except SystemExit as e:  # Snakemake's main always exits
@@ -227,20 +194,11 @@ def run_snakemake(argv: list[str], ledger: str | None = None, checked: bool = Fa
     return 0
 
 
-def run_recording(argv_file: str, ledger: str | None, checked: bool = False) -> int:
-    """The child process of ``encmap repro``: :func:`run_snakemake` with the command line in
-    ``argv_file`` (a JSON list: at the catalogue's scale the targets outgrow the kernel's argument
-    limit)."""
-    with open(argv_file, encoding="utf-8") as f:
-        argv = json.load(f)
-    return run_snakemake(argv, ledger, checked)
-
-
 def serve(verdict_fd: int, args: list[str]) -> int:
     """``encmap repro``'s first child, started before the parent reads DVC's status: it imports
     Snakemake and judges the user's options and profiles (:func:`check_args`, :func:`check_profiles`),
     writes the verdict to ``verdict_fd`` (a JSON object, ``refused``: the refusal or ``""``), then
-    waits on stdin for one call (a JSON line ``{"argv_file": ..., "ledger": ...}``) and runs it.
+    waits on stdin for one call (a JSON line ``{"argv_file": ...}``) and runs it.
     End of input (nothing to run, or the parent gone) ends it. Snakemake is so imported once per
     call, in the process that runs it (the parent used to import it too, to check: ~1.5 s of CPU)."""
     try:
@@ -263,38 +221,10 @@ def serve(verdict_fd: int, args: list[str]) -> int:
     if not line.strip():
         return 0
     call = json.loads(line)
-    return run_recording(call["argv_file"], call["ledger"], checked=True)
+    return run_snakemake(call["argv_file"], checked=True)
 
 
-def finished_outputs(ledger: str | Path) -> dict[str, str | None]:
-    """Output path (normalised, relative to the project) -> content digest when its job finished."""
-    out: dict[str, str | None] = {}
-    p = Path(ledger)
-    if p.exists():
-        for line in p.read_text(encoding="utf-8").splitlines():
-            if line.strip():
-                rec = json.loads(line)
-                out[rec["path"]] = rec["digest"]
-    return out
-
-
-def made(root: Path, targets: list[str], finished: dict[str, str | None], current: dict[str, str | None]) -> bool:
-    """Whether this call made every one of ``targets``: each is (or lies inside) the output of a job
-    Snakemake declared finished, and that output's content is still what the job wrote.
-    ``current`` caches digests taken now."""
-    for t in targets:
-        t = os.path.normpath(t)
-        owner = t if t in finished else next((o for o in finished if t.startswith(o + os.sep)), None)
-        if owner is None:
-            return False
-        if owner not in current:
-            current[owner] = content_digest(root / owner)
-        if current[owner] is None or current[owner] != finished[owner]:
-            return False
-    return True
-
-
-if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call (ARGV_FILE [LEDGER] | --serve FD ARGS_JSON)
+if __name__ == "__main__":  # python -m encmap.workflow.snakemake_call (ARGV_FILE | --serve FD ARGS_JSON)
     if sys.argv[1] == "--serve":
         sys.exit(serve(int(sys.argv[2]), json.loads(sys.argv[3])))
-    sys.exit(run_recording(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else None))
+    sys.exit(run_snakemake(sys.argv[1]))
