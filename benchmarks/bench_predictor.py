@@ -13,8 +13,8 @@ params of this branch.
     python benchmarks/bench_predictor.py RUN                  # RUN: project root of a finished run
     python benchmarks/bench_predictor.py RUN --out bench.json
 
-Reads only: RUN/params.yaml, RUN/results/features/qre.h5, RUN/results/regression/scores.csv and the
-PIP artifacts' eigenvalues (for the raw-eigenvalue ablation).
+Reads only: RUN/params.yaml, RUN/results/features/qre.h5, RUN/results/eval/<model>/ (the scores, as
+the regress stage reads them) and the PIP artifacts' eigenvalues (for the raw-eigenvalue ablation).
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from pathlib import Path
 
 import numpy as np
 import yaml
-from bench_head import scores, spectra
+from bench_head import spectra
 
 from encmap.artifacts.features import read_feature_matrix
-from encmap.downstream.prediction import families_of
+from encmap.downstream.prediction import families_of, read_eval_scores, score_matrix
 from encmap.downstream.regression import (MIN_GROUPS, cross_predict, join_blocks, outer_splits, prediction_quality,
                                           predictor_blocks)
 from encmap.qre.spectral import spectral_head
@@ -62,12 +62,15 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, default=None)
     a = ap.parse_args(argv)
     root = a.run.resolve()
-    run_params = yaml.safe_load((root / "params.yaml").read_text())["regress"]
+    # The run's regress section as encmap fitted it before issue 65: ridge's alpha by the inner grouped CV.
+    run_params = yaml.safe_load((root / "params.yaml").read_text())["regress"] | {"ridge_alpha_cv": "grouped"}
     new_params = yaml.safe_load(a.params.read_text())["regress"]
     seed = int(run_params["seed"])
     fm = read_feature_matrix(root / "results/features/qre.h5")
     F, ids, records, sp = fm["F"], fm["ids"], fm["records"], fm["spectral"]
-    Y, tasks = scores(root / "results/regression/scores.csv", ids)
+    eval_dirs = sorted(str(d) for d in (root / "results/eval").iterdir() if d.is_dir())
+    by_encoder, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"])
+    Y = score_matrix(ids, by_encoder, tasks)
     specs = spectra(root, records, F.shape[1])
     eps = float(fm["attrs"]["eps"])
     head = np.array([spectral_head(s, eps=eps) for s in specs])  # ln μ of ρ_ε: normalised (sum 1)
