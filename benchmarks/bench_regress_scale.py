@@ -57,9 +57,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tasks", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--sets", default=",".join(FEATURE_SETS), help="feature sets compared (comma-separated)")
+    ap.add_argument("--no-uncertainty", action="store_true", help="without intervals and p-values (their cost)")
     ap.add_argument("--params", type=Path, default=Path(__file__).parents[1] / "params.yaml")
     a = ap.parse_args(argv)
     params = yaml.safe_load(a.params.read_text())["regress"]
+    if a.no_uncertainty:
+        params.pop("uncertainty")
     F, Y, groups, fams, spectral, records = stand_in(a.m, a.n, a.models, a.families, a.tasks)
     tasks = [f"t{j}" for j in range(a.tasks)]
     print(f"{a.m} encoders x {a.n} features, {len(set(groups))} models, {len(set(fams))} families, {a.tasks} task(s), "
@@ -74,6 +77,7 @@ def main(argv: list[str] | None = None) -> None:
         if r["features"] in ("head", "qre") and r["protocol"] == "grouped":
             print(f"  {r['task']} {r['features']:5s} {r['regressor']:10s} Spearman {r['spearman']:+.3f} "
                   f"[{r['spearman_low']:+.3f}, {r['spearman_high']:+.3f}] p {r['p_value']:.3f}")
+    print("    python benchmarks/bench_regress_scale.py " + " ".join(argv if argv is not None else __import__("sys").argv[1:]))
     c, t = time.process_time(), time.perf_counter()
     fit_final(F, Y, tasks, groups, params, params["seed"], a.jobs,
               blocks=predictor_blocks(params["predictor"], F, spectral))

@@ -237,14 +237,20 @@ def test_regress_step_and_bad_score_tables(tmp_path):
         predict_scores(out["regressors"], fm["F"][:2, :10], fm["attrs"])
 
 
+def cli_regress_inputs(tmp_path: Path, values: list[float]) -> tuple[Path, str, Path]:
+    """The repository's params.yaml, fake_run's matrix, and a score table of task 't' (e{i}: values[i])."""
+    features, _ = fake_run(tmp_path)
+    scores = tmp_path / "s.csv"
+    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{v}\n" for i, v in enumerate(values)))
+    params = tmp_path / "params.yaml"
+    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    return params, features, scores
+
+
 def test_cli_regress(tmp_path, capsys):
     from encmap.cli import main
 
-    features, _ = fake_run(tmp_path)
-    scores = tmp_path / "s.csv"
-    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{i * 0.1}\n" for i in range(12)))
-    params = tmp_path / "params.yaml"
-    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    params, features, scores = cli_regress_inputs(tmp_path, [i * 0.1 for i in range(12)])
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("task,protocol,features,regressor,n,folds,spearman,spearman_low,spearman_high,p_value,"
@@ -723,11 +729,7 @@ def test_scores_whose_spread_overflows_are_refused_by_name(tmp_path, capsys, big
     Finite scores whose squared deviations overflow double are refused naming file, encoder, task."""
     from encmap.cli import main
 
-    features, _ = fake_run(tmp_path)
-    scores = tmp_path / "s.csv"
-    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{big if i == 7 else i * 0.1}\n" for i in range(12)))
-    params = tmp_path / "params.yaml"
-    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    params, features, scores = cli_regress_inputs(tmp_path, [big if i == 7 else i * 0.1 for i in range(12)])
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 2
     err = capsys.readouterr().err
     assert "s.csv" in err and "encoder 'e7'" in err and "task 't'" in err and "Traceback" not in err, err
@@ -784,3 +786,32 @@ def test_the_bootstrap_interval_resamples_whole_models():
     low, high = bootstrap_interval(y, pred, g, 300, 0.9, 11)
     np.testing.assert_allclose([low, high], np.nanpercentile(stats, [5, 95]), rtol=1e-12)
     assert low < spearmanr(y, pred).statistic < high
+
+
+def test_the_default_predictor_is_the_plain_ridgecv_protocol():
+    """Issue 65: with params.yaml's regress section, the default predictor's ridge rows are what a
+    user gets from scikit-learn alone: StandardScaler -> RidgeCV over np.logspace(-3, 5, 17) on
+    [ln head, entropy, ln rank, exp(entropy)], GroupKFold(5) by model past 20 models, Spearman
+    of the pooled out-of-fold predictions. Old: a 34-column head and alpha by inner grouped CV
+    over 8 alphas."""
+    import yaml
+    from scipy.stats import spearmanr
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import GroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    params = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["regress"]
+    assert params["predictor"] == "head"
+    spectral, Y, groups = _head_target_encoders(m_models=25, per=2)
+    y = Y[:, 0] + 0.02 * np.random.default_rng(1).standard_normal(len(Y))
+    X = np.c_[spectral["head"], spectral["entropy"], spectral["log_rank"], np.exp(spectral["entropy"])]
+    pred = np.empty(len(y))
+    for train, test in GroupKFold(n_splits=5).split(X, groups=groups):
+        pred[test] = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 5, 17))).fit(
+            X[train], y[train]).predict(X[test])
+    rows, _ = regression_table(np.zeros((len(y), 3)), y[:, None], ["top"], groups, None, params, params["seed"],
+                               spectral=spectral, feature_sets=("head",))
+    r = table(rows, protocol="grouped", features="head", regressor="ridge")[0]
+    assert r["spearman"] == pytest.approx(spearmanr(y, pred).statistic, abs=1e-12) and r["folds"] == 5
+    assert r["spearman_low"] < r["spearman"] < r["spearman_high"] and r["p_value"] == pytest.approx(1 / 200)

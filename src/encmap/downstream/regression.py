@@ -15,8 +15,8 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
 - baselines on the very same folds: the spectrum's own summaries (:mod:`encmap.qre.spectral`):
   its von Neumann entropy (``entropy``, one number, already inside the features: they sum to
   ln n minus it), its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
-  both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy and
-  ln of the rank), and the features together with the profile (``qre+profile``) or the head
+  both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy,
+  ln of the rank and the effective rank), and the features together with the profile (``qre+profile``) or the head
   (``qre+head``); the encoder's
   scores on the *other* tasks (``tasks``: leave-task-out, what a leaderboard already tells), and
   the features together with them (``qre+tasks``: what the features add to it); seeded Gaussian
@@ -83,7 +83,8 @@ def join_blocks(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None
 def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] | None) -> list[np.ndarray]:
     """The blocks of predictor ``name`` (:data:`PREDICTORS`) for encoders with features F (m, n)
     and spectral summaries (``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, k), ``log_rank``
-    (m,)). The head is one block with the entropy and the log rank: (m, k + 2)."""
+    (m,)). The head is one block with the entropy, the log rank and the effective rank exp(entropy)
+    (Roy & Vetterli; the one column that is not linear in the others): (m, k + 3)."""
     if name not in PREDICTORS:
         raise EncmapError(f"regress.predictor {name!r}: choose one of {list(PREDICTORS)}")
     missing = [k for k in NEEDS.get(name, ()) if k not in (spectral or {})]
@@ -91,7 +92,7 @@ def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] |
         raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summary {missing[0]!r} (qre.h5 "
                           "made by an older encmap: rerun the features and gather rules)")
     col = lambda k: np.asarray(spectral[k], dtype=np.float64).reshape(len(F), -1)  # noqa: E731
-    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank")])  # noqa: E731
+    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank"), np.exp(col("entropy"))])  # noqa: E731
     return {"qre": lambda: [F], "entropy": lambda: [col("entropy")], "profile": lambda: [col("profile")],
             "qre+profile": lambda: [F, col("profile")], "head": lambda: [head()],
             "qre+head": lambda: [F, head()]}[name]()
