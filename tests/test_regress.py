@@ -815,3 +815,18 @@ def test_the_default_predictor_is_the_plain_ridgecv_protocol():
     r = table(rows, protocol="grouped", features="head", regressor="ridge")[0]
     assert r["spearman"] == pytest.approx(spearmanr(y, pred).statistic, abs=1e-12) and r["folds"] == 5
     assert r["spearman_low"] < r["spearman"] < r["spearman_high"] and r["p_value"] == pytest.approx(1 / 200)
+
+
+def test_an_evaluate_score_whose_spread_overflows_names_its_file(tmp_path):
+    """The regress stage names the evaluate output a refused score came from (issue 64.11)."""
+    from encmap.pipeline.regress import regress_step
+
+    features, dirs = fake_run(tmp_path)
+    f = Path(dirs[1]) / "e1.json"
+    r = json.loads(f.read_text())
+    r["tasks"]["polarity"]["main_score"] = -1.7e308
+    f.write_text(json.dumps(r))
+    out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
+    with pytest.raises(EncmapError, match=r"m1/e1\.json: encoder 'e1' task 'polarity': score -1\.7e\+308"):
+        regress_step(features, dirs, out, regress=PARAMS)
+    assert not (tmp_path / "out").exists()

@@ -76,7 +76,7 @@ def check_score_spread(Y: np.ndarray, ids: list[str], tasks: list[str], source: 
         if not ok:
             i = int(have[np.argmax(np.abs(np.nan_to_num(d, nan=np.inf)))])
             where = source(ids[i], task) if source is not None else None
-            raise EncmapError(f"{where + ': ' if where else ''}encoder {ids[i]!r} task {task!r}: score {y[i]!r} is too "
+            raise EncmapError(f"{where + ': ' if where else ''}encoder {ids[i]!r} task {task!r}: score {float(y[i])!r} is too "
                               "far from the others to standardise in double precision (squared deviations overflow); "
                               "give scores on a sane scale")
 
