@@ -735,10 +735,12 @@ def test_scores_whose_spread_overflows_are_refused_by_name(tmp_path, capsys, big
     assert "s.csv" in err and "encoder 'e7'" in err and "task 't'" in err and "Traceback" not in err, err
 
 
-def test_ridge_alpha_by_leave_one_out_is_scikit_learns_ridgecv_and_its_permutation_null_refits_each_shuffle():
+@pytest.mark.parametrize("width", [40, 300])
+def test_ridge_alpha_by_leave_one_out_is_scikit_learns_ridgecv_and_its_permutation_null_refits_each_shuffle(width):
     """The ridge rows (``ridge_alpha_cv: loo``) are StandardScaler -> RidgeCV on each outer fold;
-    the permutation p-value refits every shuffle at once (alpha per target), the same as fitting
-    scikit-learn's pipeline on each shuffled score vector one by one (issue 65)."""
+    the permutation p-value refits every shuffle at once (alpha per target; on a matrix wider than
+    its training rows, in their span), the same as fitting scikit-learn's pipeline on each
+    shuffled score vector one by one (issue 65)."""
     from scipy.stats import spearmanr
     from sklearn.linear_model import RidgeCV
     from sklearn.pipeline import make_pipeline
@@ -747,7 +749,7 @@ def test_ridge_alpha_by_leave_one_out_is_scikit_learns_ridgecv_and_its_permutati
     from encmap.downstream.regression import permutation_p_value
 
     F, Y, g = synthetic_data()
-    X, y = F[:, :40], Y[:, 0] + 2.0 * np.random.default_rng(5).standard_normal(50)  # a weak signal
+    X, y = F[:, :width], Y[:, 0] + 2.0 * np.random.default_rng(5).standard_normal(50)  # a weak signal
     params = PARAMS | {"ridge_alpha_cv": "loo"}
     splits = outer_splits(g, "grouped", params, 0)
 
