@@ -218,7 +218,7 @@ def test_place_an_encoder_on_the_map(mapped, tmp_path, tiny_st, tiny_bert):
     from encmap.artifacts.features import read_feature_matrix
     from encmap.downstream.prediction import predict_scores
 
-    assert "predicted main scores" in out
+    assert "predicted main scores" in out and " ± " in out  # each with its held-out error (issue 65)
     fm = read_feature_matrix(mapped / "results/features/qre.h5")
     i = fm["ids"].index("tiny-st__out")
     twin = predict_scores(mapped / "results/regression/regressors.h5", fm["F"][[i]], fm["attrs"])

@@ -237,17 +237,24 @@ def test_regress_step_and_bad_score_tables(tmp_path):
         predict_scores(out["regressors"], fm["F"][:2, :10], fm["attrs"])
 
 
+def cli_regress_inputs(tmp_path: Path, values: list[float]) -> tuple[Path, str, Path]:
+    """The repository's params.yaml, fake_run's matrix, and a score table of task 't' (e{i}: values[i])."""
+    features, _ = fake_run(tmp_path)
+    scores = tmp_path / "s.csv"
+    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{v}\n" for i, v in enumerate(values)))
+    params = tmp_path / "params.yaml"
+    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    return params, features, scores
+
+
 def test_cli_regress(tmp_path, capsys):
     from encmap.cli import main
 
-    features, _ = fake_run(tmp_path)
-    scores = tmp_path / "s.csv"
-    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{i * 0.1}\n" for i in range(12)))
-    params = tmp_path / "params.yaml"
-    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    params, features, scores = cli_regress_inputs(tmp_path, [i * 0.1 for i in range(12)])
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "task,protocol,features,regressor,n,folds,spearman,pearson,mae" and len(out) == 1 + 3 * 8
+    assert out[0] == ("task,protocol,features,regressor,n,folds,spearman,spearman_low,spearman_high,p_value,"
+                      "pearson,mae") and len(out) == 1 + 3 * 8
     assert out[1].startswith("t,grouped,qre,elasticnet,12,4,")  # 4 models: leave-one-model-out
     assert out[9].startswith("t,family,qre,elasticnet,12,4,")  # no meta.family: each model its own family
     groups = tmp_path / "g.csv"
@@ -310,7 +317,8 @@ def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
     assert final["weights"].shape == (2, 2, 300) and final["intercepts"].shape == (2, 2)
     for r, reg in enumerate(("elasticnet", "ridge")):
         est = fit_regressor(reg, F, Y[:, 0], g, "grouped", PARAMS, 0)
-        est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
+        search = est.named_steps["search"]
+        est.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
         for X in (F, far):
             ref = est.predict(X)
             np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
@@ -493,7 +501,8 @@ def test_a_joined_predictor_is_one_linear_map_over_its_blocks(synthetic):
     assert final["weights"].shape == (1, 2, 316)
     for r, reg in enumerate(("elasticnet", "ridge")):
         est = fit_regressor(reg, X, Y[:, 0], g, "grouped", PARAMS, 0, weights=w)
-        est.steps[-1] = ("model", est.named_steps["search"].best_estimator_)
+        search = est.named_steps["search"]
+        est.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
         ref = est.predict(X)
         np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
                                    rtol=1e-9, atol=1e-9 * np.abs(ref).max())
@@ -527,6 +536,17 @@ def test_the_predictor_is_selectable_and_place_uses_it(tmp_path):
         W, b = f["weights"][()], f["intercepts"][()]
         assert f.attrs["predictor"] == "qre+profile" and W.shape[-1] == 40 + 16
     np.testing.assert_allclose(pred["lee"]["ridge"], np.hstack([fm["F"][:3], spectral["profile"]]) @ W[0, 1] + b[0, 1])
+    # What a placed encoder's prediction is expected to miss by: the predictor's out-of-fold MAE
+    # with the model held out, as the table reports it (issue 65).
+    from encmap.downstream.prediction import read_heldout_errors
+
+    import csv
+    table = {(r["task"], r["regressor"]): float(r["mae"]) for r in csv.DictReader(open(out["table"]))
+             if r["protocol"] == "grouped" and r["features"] == "qre+profile"}
+    held = read_heldout_errors(out["regressors"])
+    assert set(held) == {"lee", "polarity"}
+    for (t, reg), mae in table.items():
+        assert held[t][reg]["mae"] == pytest.approx(mae, rel=1e-9) and held[t][reg]["rmse"] >= held[t][reg]["mae"]
     with pytest.raises(EncmapError, match="needs the encoders' spectral summary 'profile'"):
         predict_scores(out["regressors"], fm["F"][:3], fm["attrs"])
     with pytest.raises(EncmapError, match="regress.predictor 'nope'"):
@@ -672,3 +692,143 @@ def test_the_inner_searchs_error_is_mean_squared_error_bit_for_bit():
         assert squared_error(y, p) == mean_squared_error(y, p), n
     assert np.isnan(squared_error([1.0, 2.0], [np.nan, 2.0]))
     assert squared_error([1, 2, 4], [1.0, 2.0, 2.0]) == mean_squared_error([1, 2, 4], [1.0, 2.0, 2.0]) == 4 / 3
+
+
+def test_repeated_encoder_ids_in_a_matrix_or_a_groups_table_are_refused(tmp_path, capsys):
+    """Old (issue 64.9): a matrix naming one encoder twice paired one encoder's features with the
+    other's score and exited 0; a groups table naming an encoder twice kept the last group."""
+    from encmap.cli import main
+
+    rng = np.random.default_rng(0)
+    F = rng.normal(size=(12, 30))
+    ids = [f"e{i}" for i in range(12)]
+    mine = tmp_path / "mine.h5"
+    scores = tmp_path / "s.csv"
+    scores.write_text("encoder,task,score\n" + "".join(f"e{i},t,{F[i, 0]}\n" for i in range(12) if i != 5))
+    groups = tmp_path / "g.csv"
+    groups.write_text("encoder,group\n" + "".join(f"e{i},g{i % 4}\n" for i in range(12)))
+    params = tmp_path / "params.yaml"
+    params.write_text((Path(__file__).parents[1] / "params.yaml").read_text())
+    cmd = ["--params", str(params), "regress", "--features", str(mine), "--scores", str(scores),
+           "--groups", str(groups)]
+    write_h5(mine, {"features": F, "encoder_ids": np.array(ids[:5] + ["e3"] + ids[6:], dtype=object)}, {})
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "mine.h5" in err and "encoder 'e3' appears twice" in err, err
+    write_h5(mine, {"features": F, "encoder_ids": np.array(ids, dtype=object)}, {})
+    scores.write_text(scores.read_text() + f"e5,t,{F[5, 0]}\n")
+    groups.write_text(groups.read_text() + "e5,g0\n")
+    assert main(cmd) == 2
+    err = capsys.readouterr().err
+    assert "g.csv line 14: encoder 'e5' appears twice" in err, err
+
+
+@pytest.mark.parametrize("big", [1.7e308, -1.7e308, 1e200])
+def test_scores_whose_spread_overflows_are_refused_by_name(tmp_path, capsys, big):
+    """Old (issue 64.11): scores of ±1.7e308 ended in scikit-learn's raw ValueError traceback.
+    Finite scores whose squared deviations overflow double are refused naming file, encoder, task."""
+    from encmap.cli import main
+
+    params, features, scores = cli_regress_inputs(tmp_path, [big if i == 7 else i * 0.1 for i in range(12)])
+    assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 2
+    err = capsys.readouterr().err
+    assert "s.csv" in err and "encoder 'e7'" in err and "task 't'" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("width", [40, 300])
+def test_ridge_alpha_by_leave_one_out_is_scikit_learns_ridgecv_and_its_permutation_null_refits_each_shuffle(width):
+    """The ridge rows (``ridge_alpha_cv: loo``) are StandardScaler -> RidgeCV on each outer fold;
+    the permutation p-value refits every shuffle at once (alpha per target; on a matrix wider than
+    its training rows, in their span), the same as fitting scikit-learn's pipeline on each
+    shuffled score vector one by one (issue 65)."""
+    from scipy.stats import spearmanr
+    from sklearn.linear_model import RidgeCV
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from encmap.downstream.regression import permutation_p_value
+
+    F, Y, g = synthetic_data()
+    X, y = F[:, :width], Y[:, 0] + 2.0 * np.random.default_rng(5).standard_normal(50)  # a weak signal
+    params = PARAMS | {"ridge_alpha_cv": "loo"}
+    splits = outer_splits(g, "grouped", params, 0)
+
+    def reference(target):
+        pred = np.empty(50)
+        for train, test in splits:
+            pred[test] = make_pipeline(StandardScaler(), RidgeCV(alphas=params["ridge_alphas"])).fit(
+                X[train], target[train]).predict(X[test])
+        return pred
+
+    got = cross_predict("ridge", X, y, g, splits, "grouped", params, 0)
+    np.testing.assert_allclose(got, reference(y), rtol=1e-10, atol=1e-12)
+    observed = spearmanr(y, got).statistic
+    rng = np.random.default_rng(3)
+    null = [spearmanr(t, reference(t)).statistic for t in (y[rng.permutation(50)] for _ in range(9))]
+    expect = (1 + sum(v >= observed for v in null)) / 10
+    assert permutation_p_value("ridge", X, y, g, splits, "grouped", params, 3, observed, 9) == expect
+    assert np.isnan(permutation_p_value("elasticnet", X, y, g, splits, "grouped", params, 3, observed, 19))
+
+
+def test_the_bootstrap_interval_resamples_whole_models():
+    """Against a slow reference: scipy's Spearman on each resample of whole models, numpy's percentiles."""
+    from scipy.stats import spearmanr
+
+    from encmap.downstream.regression import bootstrap_interval
+
+    rng = np.random.default_rng(0)
+    g = np.repeat([f"m{k}" for k in range(8)], 3)[:-1]  # unequal models (the last has 2 encoders)
+    y = np.round(rng.standard_normal(len(g)), 1)  # ties, as scores have
+    pred = y + rng.standard_normal(len(g))
+    labels = np.unique(g)
+    stats = []
+    for draw in np.random.default_rng(11).integers(0, 8, (300, 8)):
+        idx = np.concatenate([np.flatnonzero(g == labels[k]) for k in draw])
+        stats.append(spearmanr(y[idx], pred[idx]).statistic)
+    low, high = bootstrap_interval(y, pred, g, 300, 0.9, 11)
+    np.testing.assert_allclose([low, high], np.nanpercentile(stats, [5, 95]), rtol=1e-12)
+    assert low < spearmanr(y, pred).statistic < high
+
+
+def test_the_default_predictor_is_the_plain_ridgecv_protocol():
+    """Issue 65: with params.yaml's regress section, the default predictor's ridge rows are what a
+    user gets from scikit-learn alone: StandardScaler -> RidgeCV over np.logspace(-3, 5, 17) on
+    [ln head, entropy, ln rank, exp(entropy)], GroupKFold(5) by model past 20 models, Spearman
+    of the pooled out-of-fold predictions. Old: a 34-column head and alpha by inner grouped CV
+    over 8 alphas."""
+    import yaml
+    from scipy.stats import spearmanr
+    from sklearn.linear_model import RidgeCV
+    from sklearn.model_selection import GroupKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    params = yaml.safe_load((Path(__file__).parents[1] / "params.yaml").read_text())["regress"]
+    assert params["predictor"] == "head"
+    spectral, Y, groups = _head_target_encoders(m_models=25, per=2)
+    y = Y[:, 0] + 0.02 * np.random.default_rng(1).standard_normal(len(Y))
+    X = np.c_[spectral["head"], spectral["entropy"], spectral["log_rank"], np.exp(spectral["entropy"])]
+    pred = np.empty(len(y))
+    for train, test in GroupKFold(n_splits=5).split(X, groups=groups):
+        pred[test] = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 5, 17))).fit(
+            X[train], y[train]).predict(X[test])
+    rows, _ = regression_table(np.zeros((len(y), 3)), y[:, None], ["top"], groups, None, params, params["seed"],
+                               spectral=spectral, feature_sets=("head",))
+    r = table(rows, protocol="grouped", features="head", regressor="ridge")[0]
+    assert r["spearman"] == pytest.approx(spearmanr(y, pred).statistic, abs=1e-12) and r["folds"] == 5
+    assert r["spearman_low"] < r["spearman"] < r["spearman_high"] and r["p_value"] == pytest.approx(1 / 200)
+
+
+def test_an_evaluate_score_whose_spread_overflows_names_its_file(tmp_path):
+    """The regress stage names the evaluate output a refused score came from (issue 64.11)."""
+    from encmap.pipeline.regress import regress_step
+
+    features, dirs = fake_run(tmp_path)
+    f = Path(dirs[1]) / "e1.json"
+    r = json.loads(f.read_text())
+    r["tasks"]["polarity"]["main_score"] = -1.7e308
+    f.write_text(json.dumps(r))
+    out = {k: str(tmp_path / "out" / f"{k}.x") for k in OUTS}
+    with pytest.raises(EncmapError, match=r"m1/e1\.json: encoder 'e1' task 'polarity': score -1\.7e\+308"):
+        regress_step(features, dirs, out, regress=PARAMS)
+    assert not (tmp_path / "out").exists()

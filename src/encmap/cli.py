@@ -440,11 +440,18 @@ def _place(args: argparse.Namespace) -> int:
         for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
             print(f"  {r:2d}. {nb}\t{d:.6g}")
     if res["predicted"]:
+        held = res.get("heldout") or {}
         print(f"predicted main scores (ridge / elasticnet on the {res['predictor']} features, trained on the map's "
-              "encoders):")
+              "encoders" + ("; ± the regressor's mean absolute error on that task with the model held out, what "
+                            "a new model's prediction is expected to miss by):" if held else "):"))
+
+        def err(t: str, reg: str) -> str:
+            mae = held.get(t, {}).get(reg, {}).get("mae")
+            return "" if mae is None or mae != mae else f" ± {mae:.3f}"
+
         for e in res["ids"]:
-            print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f} / {p['elasticnet']:.3f}"
-                                       for t, p in res["predicted"][e].items()))
+            print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f}{err(t, 'ridge')} / {p['elasticnet']:.3f}"
+                                       f"{err(t, 'elasticnet')}" for t, p in res["predicted"][e].items()))
     else:
         print("no predicted scores: results/regression/regressors.h5 not found (run the 'regress' rule)")
     print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv" + (", scores.csv" if res["predicted"] else ""))

@@ -169,22 +169,30 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
                "same_as": twin_ids[i]} for i, e in enumerate(ids)]
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
+    from .downstream.prediction import read_heldout_errors
+
     return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted,
             "same_as": dict(zip(ids, twin_ids)), "predictor": read_h5(root / REGRESSORS, [])[1]
-            .get("predictor", "qre") if predicted else None}
+            .get("predictor", "qre") if predicted else None,
+            "heldout": read_heldout_errors(root / REGRESSORS) if predicted else {}}
 
 
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
                       out: Path, spectral: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, float]]]:
-    """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``); {} without regressors."""
-    from .downstream.prediction import predict_scores
+    """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``, each score with
+    the out-of-fold MAE and RMSE of its regressor on that task, model held out: what it is expected
+    to miss by); {} without regressors."""
+    from .downstream.prediction import predict_scores, read_heldout_errors
 
     if not regressors.is_file():
         return {}
     pred = predict_scores(regressors, F_new, attrs, spectral)
+    errors = read_heldout_errors(regressors)
     table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
              for i, e in enumerate(ids)}
-    rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v} for e, by_t in table.items()
-            for t, by_reg in by_t.items() for reg, v in by_reg.items()]
-    atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted"]))
+    rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v}
+            | {f"heldout_{k}": errors.get(t, {}).get(reg, {}).get(k) for k in ("mae", "rmse")}
+            for e, by_t in table.items() for t, by_reg in by_t.items() for reg, v in by_reg.items()]
+    atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted", "heldout_mae",
+                                                           "heldout_rmse"]))
     return table

@@ -49,6 +49,38 @@ def check_id(value: str, what: str = "id") -> str:
     return value
 
 
+def check_unique_ids(ids: list[str], where: str) -> None:
+    """Refuse a list of encoder ids naming one twice (rows would pair one encoder's data with
+    another's): the error names ``where`` (the file) and the id."""
+    seen: set[str] = set()
+    for e in ids:
+        if e in seen:
+            raise EncmapError(f"{where}: encoder {e!r} appears twice (every encoder once)")
+        seen.add(e)
+
+
+def check_score_spread(Y: np.ndarray, ids: list[str], tasks: list[str], source: Any = None) -> None:
+    """Refuse scores (m, T) that the regression cannot standardise in double precision: a task
+    whose squared deviations from its mean overflow (e.g. a score of 1e200 or ±1.7e308, finite
+    alone) gave scikit-learn's raw ValueError. The error names the task, the most extreme
+    encoder and, through ``source(encoder, task)``, the file its score came from."""
+    for t, task in enumerate(tasks):
+        y = Y[:, t]
+        have = np.flatnonzero(np.isfinite(y))
+        if have.size == 0:
+            continue
+        with np.errstate(over="ignore", invalid="ignore"):
+            mid = float(np.median(y[have]))
+            d = y[have] - mid
+            ok = bool(np.isfinite(d).all() and np.isfinite(d @ d) and np.isfinite(np.mean(y[have])))
+        if not ok:
+            i = int(have[np.argmax(np.abs(np.nan_to_num(d, nan=np.inf)))])
+            where = source(ids[i], task) if source is not None else None
+            raise EncmapError(f"{where + ': ' if where else ''}encoder {ids[i]!r} task {task!r}: score {float(y[i])!r} is too "
+                              "far from the others to standardise in double precision (squared deviations overflow); "
+                              "give scores on a sane scale")
+
+
 def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) -> np.ndarray:
     """Validate an embedding matrix and return it as C-contiguous float64.
 

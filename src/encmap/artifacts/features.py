@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from ..io import h5_datasets, read_h5
-from ..validation import EncmapError
+from ..validation import EncmapError, check_unique_ids
 
 
 #: What the matrix holds beside the features of each encoder: its spectrum's summaries
@@ -39,6 +39,7 @@ def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[
     if F.ndim != 2 or F.shape[0] != len(ids):
         raise EncmapError(f"{path}: features of shape {F.shape} for {len(ids)} encoder_ids; expected (m, n) with "
                           "one row per id")
+    check_unique_ids(ids, f"{path}: dataset 'encoder_ids'")
     summaries = {k: np.asarray(data[k], dtype=np.float64) for k in spectral}
     bad = [k for k, v in summaries.items() if v.shape[0] != len(ids)]
     if bad:

@@ -65,7 +65,9 @@ def draw_baselines(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, 
 
     ``rows`` are the regression table's rows; one regressor's (ridge: every feature set has
     it; the training mean has none) bars per panel, the QRE features in blue, the spectral
-    baselines in orange, the leave-task-out ones in green, the rest in grey.
+    baselines in orange, the leave-task-out ones in green, the rest in grey; each bar with its
+    bootstrap interval over the held-out groups (``spearman_low``, ``spearman_high``) where the
+    table has one.
     """
     import matplotlib
 
@@ -86,11 +88,16 @@ def draw_baselines(rows: Sequence[dict], tasks: Sequence[str], png: str | Path, 
     for i, task in enumerate(tasks):
         for j, prot in enumerate(protocols):
             ax = axes[i, j]
-            got = {r["features"]: r["spearman"] for r in rows
+            got = {r["features"]: r for r in rows
                    if r["task"] == task and r["protocol"] == prot and r["regressor"] == regressor}
-            vals = [got.get(fs, np.nan) for fs in sets]
+            vals = [got[fs]["spearman"] if fs in got else np.nan for fs in sets]
+            lo = np.array([float(got[fs].get("spearman_low", np.nan)) if fs in got else np.nan for fs in sets])
+            hi = np.array([float(got[fs].get("spearman_high", np.nan)) if fs in got else np.nan for fs in sets])
             y = np.arange(len(sets))[::-1]
             ax.barh(y, np.nan_to_num(vals), color=[colour[fs] for fs in sets])
+            ok = np.isfinite(lo) & np.isfinite(hi) & np.isfinite(vals)
+            if ok.any():  # the interval, drawn from its ends (a bootstrap interval need not hold the estimate)
+                ax.hlines(y[ok], lo[ok], hi[ok], color="black", lw=0.8)
             for yy, v in zip(y, vals):
                 ax.text(0.0 if not np.isfinite(v) or v >= 0 else v, yy, " n/a" if not np.isfinite(v) else f" {v:.2f}",
                         va="center", fontsize=6)

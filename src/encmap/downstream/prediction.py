@@ -18,20 +18,22 @@ from ..artifacts.embeddings import check_is_encoder
 from ..artifacts.failures import FAILED, read_failure
 from ..artifacts.features import read_feature_matrix
 from ..io import csv_table, read_h5, read_json, write_h5
-from ..validation import EncmapError
+from ..validation import EncmapError, check_score_spread
 from .mteb_results import PREFIX
 from .regression import REGRESSORS, join_blocks, predictor_blocks, regression_table, require_groups, summary
 from .score_tables import read_groups, read_score_table
 
 
-def read_eval_scores(eval_dirs: list[str], sentences_sha256: str,
-                     failures: list[dict[str, Any]] | None = None) -> tuple[dict[str, dict[str, float]], list[str]]:
+def read_eval_scores(eval_dirs: list[str], sentences_sha256: str, failures: list[dict[str, Any]] | None = None,
+                     origins: dict[tuple[str, str], str] | None = None
+                     ) -> tuple[dict[str, dict[str, float]], list[str]]:
     """Main scores ``{encoder: {task: score}}`` from ``results/eval/<model>/`` directories, and the tasks.
 
     Every result must come from the sentence set the features were computed on (its probe
     sentences were removed from the tasks); a stale one is an error naming its file. A model
     that failed under ``evaluate.on_error: skip`` has no scores; its record is appended to
-    ``failures`` (model, stage, error, encoders).
+    ``failures`` (model, stage, error, encoders). ``origins``, when given, gets the file each
+    (encoder, task) score was read from (errors about a score name it).
     """
     scores: dict[str, dict[str, float]] = {}
     tasks: list[str] = []
@@ -60,6 +62,8 @@ def read_eval_scores(eval_dirs: list[str], sentences_sha256: str,
                                   f"({str(r.get('sentences_sha256'))[:12]}… vs {sentences_sha256[:12]}…); "
                                   "rerun the 'evaluate' rule for this model")
             scores[r["encoder_id"]] = {t: s["main_score"] for t, s in r["tasks"].items()}
+            if origins is not None:
+                origins.update({(r["encoder_id"], t): str(f) for t in r["tasks"]})
             tasks += [t for t in r["tasks"] if t not in tasks]
     return scores, tasks
 
@@ -77,10 +81,13 @@ def families_of(records: list[dict[str, Any]] | None) -> list[str] | None:
 
 
 def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
-                   params: dict[str, Any], jobs: int | None = None) -> dict[str, Any]:
+                   params: dict[str, Any], jobs: int | None = None,
+                   origins: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
     """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker
-    processes); families from the matrix's encoder records, when it has them."""
+    processes); families from the matrix's encoder records, when it has them. ``origins``: the
+    file each (encoder, task) score came from, named when a score is refused."""
     Y = score_matrix(fm["ids"], scores, tasks)
+    check_score_spread(Y, fm["ids"], tasks, (lambda e, t: origins.get((e, t))) if origins else None)
     few = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
     empty = [t for t in few if not t.startswith(PREFIX)]
     if empty:
@@ -95,7 +102,8 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
-TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "pearson", "mae"]
+TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "spearman_low", "spearman_high",
+                "p_value", "pearson", "mae"]
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:
@@ -103,17 +111,54 @@ def table_text(rows: list[dict[str, Any]]) -> str:
     return csv_table(rows, TABLE_FIELDS)
 
 
+#: The protocols whose out-of-fold errors say what a new encoder's predicted score is worth, in
+#: order of preference: a new encoder is usually a model the map has never seen.
+HELDOUT_PROTOCOLS = ("grouped", "random")
+
+
+def heldout_errors(predictions: list[dict[str, Any]], tasks: list[str], predictor: str) -> dict[str, Any]:
+    """Out-of-fold MAE and RMSE (T, R) of the ``predictor``'s regressors, model held out (``random``
+    folds for a map of fewer than 3 models): what a new encoder's predicted score is expected to
+    miss by. ``predictions``: :func:`encmap.downstream.regression.regression_table`'s."""
+    mine = [p for p in predictions if p["features"] == predictor]
+    protocol = next((pr for pr in HELDOUT_PROTOCOLS if any(p["protocol"] == pr for p in mine)), None)
+    mae = np.full((len(tasks), len(REGRESSORS)), np.nan)
+    rmse = mae.copy()
+    for i, t in enumerate(tasks):
+        for r, reg in enumerate(REGRESSORS):
+            d = np.array([p["actual"] - p["predicted"] for p in mine
+                          if p["task"] == t and p["regressor"] == reg and p["protocol"] == protocol])
+            if d.size:
+                mae[i, r], rmse[i, r] = np.mean(np.abs(d)), np.sqrt(np.mean(d ** 2))
+    return {"mae": mae, "rmse": rmse, "protocol": protocol}
+
+
 def write_regressors(path: str | Path, final: dict[str, Any], tasks: list[str], ids: list[str],
-                     attrs: dict[str, Any], predictor: str) -> None:
+                     attrs: dict[str, Any], predictor: str, errors: dict[str, Any] | None = None) -> None:
     """The fitted regressors (:func:`encmap.downstream.regression.fit_final`'s ``final``) as HDF5:
     ``weights`` (T, R, p), ``intercepts`` (T, R), ``tasks`` (T), ``regressors`` (R), ``encoder_ids``
     (m), with the feature settings they were trained on (``attrs``: sentences_sha256, eps,
-    direction, and the features' width ``n``) and the ``predictor``."""
+    direction, and the features' width ``n``) and the ``predictor``; ``errors``
+    (:func:`heldout_errors`): ``heldout_mae`` and ``heldout_rmse`` (T, R) and their protocol."""
+    extra = {} if errors is None else {"heldout_mae": errors["mae"], "heldout_rmse": errors["rmse"]}
     write_h5(path, {"weights": final["weights"], "intercepts": final["intercepts"], "tasks": np.array(tasks),
-                    "regressors": np.array(REGRESSORS), "encoder_ids": np.array(ids)},
+                    "regressors": np.array(REGRESSORS), "encoder_ids": np.array(ids)} | extra,
              {"chosen": final["chosen"], "sentences_sha256": attrs["sentences_sha256"], "eps": float(attrs["eps"]),
               "direction": str(attrs["direction"]), "n": int(attrs["n"]), "predictor": predictor,
-              "encmap_version": __version__})
+              "encmap_version": __version__}
+             | ({"heldout_protocol": str(errors["protocol"])} if errors is not None else {}))
+
+
+def read_heldout_errors(regressors: str | Path) -> dict[str, dict[str, dict[str, float]]]:
+    """``{task: {regressor: {"mae", "rmse"}}}`` stored with the fitted regressors ({} when an older
+    encmap wrote them without)."""
+    from ..io import h5_datasets
+
+    if "heldout_mae" not in h5_datasets(regressors):
+        return {}
+    saved, _ = read_h5(regressors, ["heldout_mae", "heldout_rmse", "tasks", "regressors"])
+    return {str(t): {str(reg): {"mae": float(saved["heldout_mae"][i, r]), "rmse": float(saved["heldout_rmse"][i, r])}
+                     for r, reg in enumerate(saved["regressors"])} for i, t in enumerate(saved["tasks"])}
 
 
 def predict_scores(regressors: str | Path, F: np.ndarray, attrs: dict[str, Any],
@@ -170,5 +215,6 @@ def regress_tables(features: str, scores: str, groups: str | None, params: dict[
     if fm["records"] is None:
         print(f"{features}: no encoder records (dataset 'encoders'): the width, layer and parameters baselines "
               "are left out", file=sys.stderr)
-    res = run_regression(fm, table, tasks, g, params, jobs)
+    res = run_regression(fm, table, tasks, g, params, jobs, {(e, t): f"score table {scores}" for e, s in table.items()
+                                                             for t in s})
     return table_text(res["rows"])

@@ -3,7 +3,8 @@
 Protocol (per task; every fit a seeded scikit-learn pipeline):
 
 - regressors: ``elasticnet`` = standardise -> PCA -> ElasticNet (the source method), PCA size,
-  α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> Ridge, α by inner CV;
+  α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> RidgeCV, α by the exact
+  leave-one-out errors of the training rows (``ridge_alpha_cv: loo``; ``grouped``: by inner CV);
 - outer CV **grouped by model** (``grouped``): no variant of one model is both trained on and
   predicted, leave-one-model-out up to ``max_loo_groups`` models, GroupKFold beyond; the inner
   CV is grouped too; left out of a task scored on fewer than 3 models (a map of one model). Outer CV **grouped by family** (``family``: a whole family held out, e.g.
@@ -14,8 +15,8 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
 - baselines on the very same folds: the spectrum's own summaries (:mod:`encmap.qre.spectral`):
   its von Neumann entropy (``entropy``, one number, already inside the features: they sum to
   ln n minus it), its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
-  both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy and
-  ln of the rank), and the features together with the profile (``qre+profile``) or the head
+  both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy,
+  ln of the rank and the effective rank), and the features together with the profile (``qre+profile``) or the head
   (``qre+head``); the encoder's
   scores on the *other* tasks (``tasks``: leave-task-out, what a leaderboard already tells), and
   the features together with them (``qre+tasks``: what the features add to it); seeded Gaussian
@@ -82,7 +83,8 @@ def join_blocks(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None
 def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] | None) -> list[np.ndarray]:
     """The blocks of predictor ``name`` (:data:`PREDICTORS`) for encoders with features F (m, n)
     and spectral summaries (``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, k), ``log_rank``
-    (m,)). The head is one block with the entropy and the log rank: (m, k + 2)."""
+    (m,)). The head is one block with the entropy, the log rank and the effective rank exp(entropy)
+    (Roy & Vetterli; the one column that is not linear in the others): (m, k + 3)."""
     if name not in PREDICTORS:
         raise EncmapError(f"regress.predictor {name!r}: choose one of {list(PREDICTORS)}")
     missing = [k for k in NEEDS.get(name, ()) if k not in (spectral or {})]
@@ -90,7 +92,7 @@ def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] |
         raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summary {missing[0]!r} (qre.h5 "
                           "made by an older encmap: rerun the features and gather rules)")
     col = lambda k: np.asarray(spectral[k], dtype=np.float64).reshape(len(F), -1)  # noqa: E731
-    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank")])  # noqa: E731
+    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank"), np.exp(col("entropy"))])  # noqa: E731
     return {"qre": lambda: [F], "entropy": lambda: [col("entropy")], "profile": lambda: [col("profile")],
             "qre+profile": lambda: [F, col("profile")], "head": lambda: [head()],
             "qre+head": lambda: [F, head()]}[name]()
@@ -182,7 +184,7 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     from sklearn.decomposition import PCA
     from sklearn.dummy import DummyRegressor
     from sklearn.impute import SimpleImputer
-    from sklearn.linear_model import ElasticNet, Ridge
+    from sklearn.linear_model import ElasticNet, Ridge, RidgeCV
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import FunctionTransformer, StandardScaler
 
@@ -198,7 +200,10 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
     head.append(("scale", StandardScaler()))
     if weights is not None:
         head.append(("blocks", FunctionTransformer(scale_columns, kw_args={"w": weights})))
-    if name == "ridge":
+    if name == "ridge" and params.get("ridge_alpha_cv", "loo") == "loo":
+        # The alphas' exact leave-one-out errors from one SVD (RidgeCV's GCV): no inner fits.
+        search = RidgeCV(alphas=list(params["ridge_alphas"]))
+    elif name == "ridge":
         search = InnerSearch(Ridge(), {"alpha": list(params["ridge_alphas"])}, cv)
     elif name == "elasticnet":
         smallest = min(len(tr) for tr, _ in cv)
@@ -234,6 +239,107 @@ def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, s
     return pred
 
 
+def expanded_ranks(values: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Average ranks (as ``scipy.stats.rankdata``) each row of ``values`` (n,) gets in the data
+    where row i appears ``counts[b, i]`` times, for every resample b at once: (B, n)."""
+    order = np.argsort(values, kind="stable")
+    v = values[order]
+    starts = np.flatnonzero(np.r_[True, v[1:] != v[:-1]])  # tie blocks in sorted order
+    block = np.cumsum(np.r_[True, v[1:] != v[:-1]]) - 1
+    per_block = np.add.reduceat(counts[:, order], starts, axis=1).astype(np.float64)
+    avg = np.cumsum(per_block, axis=1) - per_block + (per_block + 1) / 2.0
+    ranks = np.empty(counts.shape, dtype=np.float64)
+    ranks[:, order] = avg[:, block]
+    return ranks
+
+
+def weighted_correlation(A: np.ndarray, B: np.ndarray, W: np.ndarray) -> np.ndarray:
+    """Pearson correlation of rows of A and B (k, n) with row weights W (k, n): (k,), NaN where
+    either is constant."""
+    s = W.sum(axis=1, keepdims=True)
+    a = A - (W * A).sum(axis=1, keepdims=True) / s
+    b = B - (W * B).sum(axis=1, keepdims=True) / s
+    den = np.sqrt((W * a * a).sum(axis=1) * (W * b * b).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (W * a * b).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def spearman_pairs(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """Spearman of each column of A with the same column of B (n, k): (k,), as
+    ``scipy.stats.spearmanr`` of each pair (Pearson of average ranks); NaN for a constant column."""
+    from scipy.stats import rankdata
+
+    return weighted_correlation(rankdata(A, axis=0).T, rankdata(B, axis=0).T, np.ones(A.shape[::-1]))
+
+
+def bootstrap_interval(y: np.ndarray, pred: np.ndarray, units: np.ndarray, resamples: int, level: float,
+                       random_state: int) -> tuple[float, float]:
+    """Percentile interval of the Spearman of (y, pred) over ``resamples`` bootstrap samples of the
+    held-out unit (``units``: each row's model or family; a unit's rows go in or out together).
+
+    Each resample draws as many units as there are, with replacement (``rng.integers(0, G, (B,
+    G))``); its Spearman is that of the rows of the drawn units, repeated ones repeated (computed
+    for all resamples at once from the rows' multiplicities: :func:`expanded_ranks`).
+
+    y, pred, units : (n,). Returns (low, high) at ``level`` (e.g. 0.95); NaN when every
+    resample's Spearman is NaN (constant predictions)."""
+    labels, inverse = np.unique(units, return_inverse=True)
+    draws = np.random.default_rng(random_state).integers(0, len(labels), (resamples, len(labels)))
+    per_unit = np.stack([np.bincount(d, minlength=len(labels)) for d in draws])  # (B, G)
+    counts = per_unit[:, inverse]  # (B, n): how often each row is in each resample
+    stats = weighted_correlation(expanded_ranks(y, counts), expanded_ranks(pred, counts), counts)
+    if not np.isfinite(stats).any():
+        return np.nan, np.nan
+    lo, hi = np.nanpercentile(stats, [50 * (1 - level), 50 * (1 + level)])
+    return float(lo), float(hi)
+
+
+def refits_cheaply(name: str, params: dict[str, Any]) -> bool:
+    """Whether regressor ``name`` refits many targets at once (the permutation null): the mean,
+    and ridge with its alpha by leave-one-out (RidgeCV's one SVD for every target and alpha)."""
+    return name == "mean" or (name == "ridge" and params.get("ridge_alpha_cv", "loo") == "loo")
+
+
+def permutation_p_value(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple],
+                        protocol: str, params: dict[str, Any], random_state: int, observed: float,
+                        permutations: int, weights: np.ndarray | None = None) -> float:
+    """One-sided p-value of the out-of-fold Spearman ``observed`` against refits on shuffled scores.
+
+    The null shuffles the scores across encoders (``permutations`` seeded permutations of y) and
+    refits exactly as the protocol fits (same outer folds, same regressor, alpha chosen afresh
+    per permutation: RidgeCV with ``alpha_per_target``). p = (1 + #{null >= observed}) /
+    (1 + permutations): with 199 permutations the smallest is 0.005. NaN for a regressor that
+    cannot refit every permutation at once (:func:`refits_cheaply`) or a NaN ``observed``.
+    """
+    if not refits_cheaply(name, params) or not np.isfinite(observed) or permutations < 1:
+        return np.nan
+    rng = np.random.default_rng(random_state)
+    Yp = np.stack([y[rng.permutation(len(y))] for _ in range(permutations)], axis=1)  # (n, P)
+    pred = np.full(Yp.shape, np.nan)
+    impute = bool(np.isnan(X).any())
+    for train, test in splits:
+        est = make_regressor(name, X[train], inner_cv(groups[train], protocol, params, random_state), params,
+                             random_state, impute, weights)
+        if name != "ridge":
+            pred[test] = est.fit(X[train], Yp[train]).predict(X[test]).reshape(len(test), -1)
+            continue
+        # Ridge's fit and its leave-one-out errors lie in the span of the (centred) training rows:
+        # on a wide matrix (10,000 QRE columns) fit the shuffles on the rows' coordinates in that
+        # span, the same predictions without 199 x p coefficients (docs/results.md: 4.1 -> 0.3 s).
+        prep = est[:-1].fit(X[train])
+        Xtr, Xte = prep.transform(X[train]), prep.transform(X[test])
+        if Xtr.shape[1] > Xtr.shape[0]:  # an orthonormal basis V of that span from the (n, n) Gram matrix
+            C = Xtr - Xtr.mean(axis=0)
+            ev, U = np.linalg.eigh(C @ C.T)
+            keep = ev > ev.max() * len(ev) * np.finfo(np.float64).eps  # directions the rows span
+            V = C.T @ (U[:, keep] / np.sqrt(ev[keep]))
+            Xtr, Xte = Xtr @ V, Xte @ V
+        search = est.named_steps["search"].set_params(alpha_per_target=True)
+        pred[test] = search.fit(Xtr, Yp[train]).predict(Xte).reshape(len(test), -1)
+    null = spearman_pairs(Yp, pred)
+    return float((1 + np.sum(np.nan_to_num(null, nan=-np.inf) >= observed)) / (1 + permutations))
+
+
 def prediction_quality(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
     """Spearman, Pearson and MAE of predictions vs truth (correlations NaN for constant input)."""
     from scipy.stats import pearsonr, spearmanr
@@ -251,10 +357,24 @@ def regressors_for(features: str) -> tuple[str, ...]:
     return ("ridge",) if features in ONE_COLUMN else REGRESSORS
 
 
-def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> np.ndarray:
-    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol, weights) unit."""
+#: The uncertainty columns of a row of the table (NaN where ``params`` has no ``uncertainty``).
+UNCERTAINTY = ("spearman_low", "spearman_high", "p_value")
+
+
+def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol, weights) unit,
+    and their quality with its uncertainty (``params['uncertainty']``: a bootstrap interval of
+    the Spearman over the held-out groups, a permutation p-value)."""
     reg, X, y, g, splits, protocol, weights = unit
-    return cross_predict(reg, X, y, g, splits, protocol, params, random_state, weights)
+    pred = cross_predict(reg, X, y, g, splits, protocol, params, random_state, weights)
+    q = prediction_quality(y, pred)
+    u = params.get("uncertainty")
+    if u is None:
+        return pred, q | dict.fromkeys(UNCERTAINTY, np.nan)
+    low, high = bootstrap_interval(y, pred, g, u["resamples"], u["level"], u["seed"])
+    p = permutation_p_value(reg, X, y, g, splits, protocol, params, random_state, q["spearman"],
+                            u["permutations"], weights)
+    return pred, q | {"spearman_low": low, "spearman_high": high, "p_value": p}
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
@@ -295,7 +415,11 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     Returns
     -------
     rows : list of dict
-        One per task x protocol x features x regressor: spearman, pearson, mae, n.
+        One per task x protocol x features x regressor: spearman, pearson, mae, n, and with
+        ``params['uncertainty']`` (resamples, permutations, level, seed) the Spearman's
+        bootstrap interval over the held-out groups (``spearman_low``, ``spearman_high``) and
+        its permutation p-value (``p_value``, :func:`permutation_p_value`; NaN for elasticnet,
+        whose inner grid search is too costly to refit per permutation).
     predictions : list of dict
         One per encoder x task x protocol x features x regressor: actual, predicted.
     """
@@ -331,9 +455,9 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
                     units.append((reg, X, y, g, splits, protocol, w))
     predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
     rows, preds = [], []
-    for (task, protocol, fs, reg, have, y, folds), p in zip(keys, predicted):
+    for (task, protocol, fs, reg, have, y, folds), (p, quality) in zip(keys, predicted):
         rows.append({"task": task, "protocol": protocol, "features": fs, "regressor": reg,
-                     "n": len(have), "folds": folds} | prediction_quality(y, p))
+                     "n": len(have), "folds": folds} | quality)
         preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs,
                       "regressor": reg, "actual": float(a), "predicted": float(b)}
                      for i, a, b in zip(have, y, p))
@@ -422,6 +546,9 @@ def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[
     est = fit_regressor(reg, X, y, g, "grouped" if len(np.unique(g)) >= 2 else "random", params, random_state,
                         weights=weights)
     search = est.named_steps["search"]
+    if not hasattr(search, "best_estimator_"):  # RidgeCV: alpha by its leave-one-out errors, fitted with it
+        est.steps[-1] = ("model", search)
+        return (*linear_form(est, X.shape[1]), {"alpha": float(search.alpha_)})
     est.steps[-1] = ("model", search.best_estimator_)
     chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
     if "components__kw_args" in search.best_params_:

@@ -78,7 +78,11 @@ def read_score_table(path: str | Path, encoders: list[str], tasks: list[str] | N
 def read_groups(path: str | Path, encoders: list[str]) -> list[str]:
     """Group of each encoder from a CSV with columns ``encoder,group`` (every encoder needs one)."""
     p = Path(path)
-    g = {row["encoder"]: row["group"] for _, row in read_table(p, ("encoder", "group"), "groups table")}
+    g: dict[str, str] = {}
+    for i, row in read_table(p, ("encoder", "group"), "groups table"):
+        if row["encoder"] in g:  # the last line would silently win
+            raise EncmapError(f"groups table {p} line {i}: encoder {row['encoder']!r} appears twice")
+        g[row["encoder"]] = row["group"]
     missing = [e for e in encoders if e not in g]
     if missing:
         raise EncmapError(f"groups table {p}: no group for encoder {missing[0]!r} ({len(missing)} missing)")

@@ -11,7 +11,7 @@ from ..artifacts.failures import failure_report
 from ..artifacts.features import read_feature_matrix
 from ..downstream.figures import draw_baselines, draw_predictions
 from ..downstream.mteb_results import PREFIX, mteb_models, published_scores
-from ..downstream.prediction import read_eval_scores, run_regression, table_text, write_regressors
+from ..downstream.prediction import heldout_errors, read_eval_scores, run_regression, table_text, write_regressors
 from ..downstream.regression import fit_final, predictor_blocks
 from ..downstream.score_tables import read_score_table, score_table_text
 from ..io import atomic_write_json, atomic_write_text, csv_table, rounded
@@ -34,11 +34,13 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     """
     fm = read_feature_matrix(features)
     failures = embed_failures(fm["attrs"])
-    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"], failures)
+    origins: dict[tuple[str, str], str] = {}  # (encoder, task) -> the file its score was read from
+    scores, tasks = read_eval_scores(eval_dirs, fm["attrs"]["sentences_sha256"], failures, origins)
     for table in regress["score_tables"]:
         extra = read_score_table(table["path"], fm["ids"], table["tasks"])
         for e, s in extra.items():
             scores.setdefault(e, {}).update(s)
+            origins.update({(e, t): f"score table {table['path']}" for t in s})
         tasks += [t for t in table["tasks"] if t not in tasks]
     mt = regress["mteb"]
     published = None
@@ -53,9 +55,10 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
                 raise EncmapError(f"encoder {e!r}: {sorted(clash)[0]} is both run (evaluate.mteb) and read from "
                                   "published results (regress.mteb); keep one")
             scores.setdefault(e, {}).update(s)
+            origins.update({(e, t): f"MTEB results {mt['results']}" for t in s})
         tasks += [PREFIX + t for t in published.tasks if PREFIX + t not in tasks]
     groups = [r["model"] for r in fm["records"]]
-    res = run_regression(fm, scores, tasks, groups, regress, jobs)
+    res = run_regression(fm, scores, tasks, groups, regress, jobs, origins)
     tasks = res["tasks"]
     ids = fm["ids"]
     predictor = regress["predictor"]
@@ -70,7 +73,8 @@ def regress_step(features: str, eval_dirs: list[str], out: dict[str, str], *, re
     atomic_write_text(out["scores"], csv_table(score_rows, ["encoder", "model", *tasks]))
     draw_predictions(pred_rows, tasks, out["figure_png"], out["figure_svg"], features=predictor)
     draw_baselines(res["rows"], tasks, out["baselines_png"], out["baselines_svg"])
-    write_regressors(out["regressors"], final, tasks, ids, fm["attrs"] | {"n": fm["F"].shape[1]}, predictor)
+    write_regressors(out["regressors"], final, tasks, ids, fm["attrs"] | {"n": fm["F"].shape[1]}, predictor,
+                     heldout_errors(res["predictions"], tasks, predictor))
     atomic_write_json(out["metrics"], rounded(res["summary"]) | {
         "predictor": predictor, "tasks": len(tasks), "encoders": len(ids), "models": len(set(groups)),
         "failed_models": len(failures), "failed_encoders": sum(len(f["encoders"]) for f in failures),
