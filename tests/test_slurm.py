@@ -192,12 +192,16 @@ def test_encmap_repro_through_slurm_matches_a_local_run(tmp_path, tiny_bert, clu
     # What a plain run through SLURM made, DVC records (issue 50): after a map param changed, plain
     # `snakemake --profile` remakes the map on a node (and the matrix the failed job refused, with what
     # reads it) and records what it made as it ends (issue 63); `encmap record` then finds it all done.
-    (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.3}},
+    # qre.eps changed too: every encoder's features job runs again, in the profile's group job, and
+    # so does every stage that reads the feature matrix (the whole run, untargeted).
+    (proj / "params.yaml").write_text(yaml.safe_dump(params | {"map": params["map"] | {"perplexity": 1.3},
+                                                               "qre": params["qre"] | {"eps": 2e-6}},
                                                      sort_keys=False))
     before = {j["JobId"] for j in cluster.jobs()}
-    run("snakemake --profile profiles/slurm-test results/map/map.html", proj)
+    run("snakemake --profile profiles/slurm-test", proj)
     jobs = [j for j in cluster.jobs() if j["JobId"] not in before]
     assert "rule_map" in [j["Comment"] for j in jobs] and {j["JobState"] for j in jobs} == {"COMPLETED"}, jobs
+    assert any("encoders" in j["Comment"] and "features" in j["Comment"] for j in jobs), jobs
     assert json.loads(run("dvc status --json", proj).stdout) == {}
     made = tree_hashes(proj, "data", "results")
     out = run("encmap record", proj).stdout
