@@ -480,7 +480,8 @@ COMMANDS: tuple[Command, ...] = (
             description="encmap record: after `snakemake --cores all`, record in dvc.lock, as `dvc commit` "
                         "would, every stale stage whose outputs a Snakemake job made from the current code, "
                         "params and inputs (proven from what each job recorded when it finished, never from "
-                        "file times); every other stale stage is named and stays stale"),
+                        "file times); every other stale stage is named and stays stale. A plain run in a DVC project "
+                        "does this itself as it ends: this is for a run made elsewhere (a cluster's submit host)"),
     Command("params-slices", _params_slices,
             description="write each stage's params slice under results/params (the DVC stage 'params' runs it)"),
     Command("show", _show, _show_args, help="print an artifact's attributes (JSON)"),
