@@ -245,3 +245,55 @@ def test_a_damaged_ledger_is_set_aside_and_the_code_is_taken_as_the_job_starts(m
     r = run("encmap record", proj)
     assert "Traceback" not in r.stdout + r.stderr and f"{proj / LEDGER}: not a readable ledger" in r.stderr, r.stderr
     assert still_stale(r.stdout) == {"map": "results/map/neighbours.csv: no job of a Snakemake run made it"}
+
+
+@pytest.mark.slow(minutes=1)
+def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(made, tmp_path, monkeypatch):
+    """Issue 63 item 3 (the default run's recording within 5 s). Old: recording had DVC read and
+    md5 every artifact again (1.1 GB on the default run, 1.8 s), and ask git, reading its whole
+    index, once per output. Now the md5 the ledger took in the job's own read of each output is
+    DVC's: DVC hashes only what the recording itself writes (the code digests and params slices),
+    and the lock holds what DVC writes hashing every file itself (`dvc commit -f`). A ledger of
+    before the md5 is read, its files left to DVC; an output git tracks is still refused by DVC."""
+    import sqlite3
+
+    import dvc_data.hashfile.hash as dvc_hash
+
+    from encmap.validation import EncmapError
+    from encmap.workflow.made import LEDGER
+    from encmap.workflow.repro import record
+
+    proj = copy(made, tmp_path)
+    monkeypatch.chdir(proj)  # as the command runs: DVC names stages from the working directory
+    hashed: list[str] = []
+    real = dvc_hash._hash_file
+    monkeypatch.setattr(dvc_hash, "_hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+
+    def record_afresh() -> dict:
+        """`encmap record` as on a fresh clone: no lock, DVC's hash state and cache empty."""
+        (proj / "dvc.lock").unlink(missing_ok=True)
+        for d in (".dvc/tmp", ".dvc/cache"):
+            shutil.rmtree(proj / d, ignore_errors=True)
+        hashed.clear()
+        record(proj, log=lambda line: None)
+        assert stale(proj) == set()
+        return yaml.safe_load((proj / "dvc.lock").read_text())
+
+    def artifacts(paths: list[str]) -> set[str]:
+        """The jobs' files among ``paths`` (not the code, the recording's own files, dot files)."""
+        book = ("results/code/", "results/params/")  # what the recording writes itself
+        inside = (Path(p).relative_to(proj) for p in paths if Path(p).is_relative_to(proj))
+        return {str(p) for p in inside if p.parts[0] in ("data", "results") and not p.name.startswith(".")
+                and not str(p).startswith(book)}
+
+    mine = record_afresh()
+    assert hashed and not artifacts(hashed), sorted(artifacts(hashed))[:5]
+    shutil.rmtree(proj / ".dvc/tmp")  # DVC's own hashes, every file read by DVC
+    run("dvc commit -f -q", proj)
+    assert yaml.safe_load((proj / "dvc.lock").read_text()) == mine
+    with sqlite3.connect(proj / LEDGER) as con:  # a ledger as the code of before the md5 wrote it
+        con.execute("ALTER TABLE files DROP COLUMN md5")
+    assert record_afresh() == mine and len(artifacts(hashed)) > 20
+    run("git add -f results/map/map.html", proj)
+    with pytest.raises(EncmapError, match="results/map/map.html"):
+        record_afresh()

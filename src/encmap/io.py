@@ -300,6 +300,17 @@ def file_sha256(path: str | Path) -> str:
     return h.hexdigest()
 
 
+def file_sha256_md5(path: str | Path) -> tuple[str, str]:
+    """sha256 and md5 of one file's bytes, read once: the md5 is the hash DVC records for it (DVC 3's
+    ``md5``: the bytes as they are), so a file the pipeline hashed need not be read again by DVC."""
+    sha, md5 = hashlib.sha256(), hashlib.md5(usedforsecurity=False)
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            sha.update(chunk)
+            md5.update(chunk)
+    return sha.hexdigest(), md5.hexdigest()
+
+
 def read_sentences(path: str | Path) -> list[str]:
     """Read a curated sentence file (one sentence a line, UTF-8)."""
     p = Path(path)

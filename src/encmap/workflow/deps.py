@@ -23,12 +23,10 @@ from the rule's ``run:`` block and the script:
 The digest is the one answer to "which code changes this result": the pair stages key their
 reusable pairs by it too (:func:`code_key`, handed to them by their rules).
 
-DVC does not list these files per stage. ``dvc.yaml``'s ``code`` stage depends on the workflow's code
-as a whole (:data:`CODE_ROOTS`) and writes one *code digest* per stage, ``results/code/<stage>.sha256``:
-the SHA-256 of every file above and of the library stack (``requirements/lock.txt``); each stage
-depends on its digest alone. An edit reruns the ``code`` stage (milliseconds), and only the stages
-whose digest changed follow. Twenty code deps in each of ~4,400 per-model stages made ``dvc status``
-cost ~60 s at 1,101 models (DVC builds and hashes every dep of every stage); one digest each, ~17 s.
+DVC does not list these files per stage: its ``code`` stage depends on the code as a whole
+(:data:`CODE_ROOTS`) and writes a *code digest* per stage, ``results/code/<stage>.sha256`` (the
+SHA-256 of every file above and of ``requirements/lock.txt``), each stage's one code dep: twenty code
+deps in each of ~4,400 per-model stages made ``dvc status`` cost ~60 s at 1,101 models; one, ~17 s.
 
 Not followed: ``rules/common.smk`` and the Snakefile, with what they import (``encmap.params``,
 the stage registry, the schema). They validate params and name the files before any job starts:
@@ -289,15 +287,10 @@ def _encmap_imports(tree: ast.AST) -> list[tuple[str, str]]:
 
 
 def _remembered(what: str, sources: list[Path], compute) -> list[str]:
-    """``compute()`` (a list of str), remembered across processes for the same source tree.
-
-    The import analysis parses every module a job can reach (~0.15-0.25 s each time); every
-    Snakemake process DVC starts ran it again (the config check, the pair stages' code keys) on the
-    same files. The answer depends only on the ``.py`` and ``.smk`` files under ``sources`` (their
-    paths and bytes, hashed here in milliseconds), so it is kept under ``.snakemake/encmap``
-    keyed by them: any edit to any of them computes it afresh. A cache that cannot be read or
-    written is computed around, never an error.
-    """
+    """``compute()`` (a list of str), remembered across processes for the same source tree: the
+    import analysis (~0.2 s) ran again in every Snakemake process DVC starts. It depends only on the
+    ``.py`` and ``.smk`` files under ``sources`` (paths and bytes, hashed in milliseconds), which key
+    it under ``.snakemake/encmap``. A cache that cannot be read or written is computed around."""
     import hashlib
     import json
 

@@ -10,14 +10,10 @@ So encmap's ledger (:mod:`.made`, table ``files``) keeps every file under ``data
 when a run ends (:func:`record`: the rest). When the next run starts (:func:`verify`, from
 ``rules/common.smk``), a file whose size or time changed is hashed again: the same content (a
 ``dvc checkout``, ``snakemake --touch``) only refreshes its entry; other content, or a file gone
-from a directory output, is damage. Damage is reported naming the file, the damaged content is
-noted beside the good entry (which is kept), and the output holding it (the file, or the
-directory output) is handed to Snakemake as ``--forcerun``: its job runs again in this run,
-whatever the run's targets, and the jobs after it follow. Nothing is moved or deleted. Until
-the job has rewritten it, the output stays marked damaged: a run that fails first, or a dry run
-(which only reports and changes nothing), leaves the mark, and the next run reports it again.
-Only stat calls when nothing changed; only changed files are hashed. Under DVC (``DVC_STAGE`` is
-set) both steps stand aside: DVC hashes every output itself.
+from a directory output, is damage: reported naming the file, noted beside the good entry, and its
+output handed to Snakemake as ``--forcerun`` (its job and those after it run again, whatever the
+targets). Nothing is moved or deleted; the mark stays until the job has rewritten the output (a
+failed run or a dry run leaves it). Under DVC both steps stand aside: DVC hashes every output.
 """
 
 from __future__ import annotations
@@ -25,13 +21,13 @@ from __future__ import annotations
 import os
 import sqlite3
 import sys
-from contextlib import closing, nullcontext
+from contextlib import closing
 from pathlib import Path
 from typing import Iterable
 
 from .deps import DIGESTS, SLICES
 from .jobs import REFUSED_LOG, UNDER_DVC
-from .made import LEDGER, connect, digest  # noqa: F401 (LEDGER: the ledger these tables are in)
+from .made import LEDGER, connect, digest, remember  # noqa: F401 (LEDGER: the ledger these tables are in)
 from ..io import file_sha256
 
 #: Where the pipeline's artifacts live (relative to the workflow root).
@@ -90,7 +86,8 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
     with closing(connect(root)) as con, con:
         if not dry_run:
             _take_refused(root, con)
-        known = {p: (size, mtime, sha) for p, size, mtime, sha in con.execute("SELECT * FROM files")}
+        known = {p: (size, mtime, sha)
+                 for p, size, mtime, sha in con.execute("SELECT path, size, mtime_ns, sha256 FROM files")}
         marked = dict(con.execute("SELECT * FROM damaged"))
         for rel, (size, mtime, sha) in known.items():
             st = found.get(rel)
@@ -125,8 +122,7 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
         if not dry_run:
             for rel, st in found.items():
                 if rel not in known:  # never recorded (a fresh clone, a first run): as it is
-                    con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)",
-                                (rel, st.st_size, st.st_mtime_ns, file_sha256(root / rel)))
+                    remember(con, root, rel, st)
     return messages, sorted(rerun)
 
 
@@ -149,37 +145,28 @@ def record(root: str | Path = ".") -> None:
                 if now == marked[rel]:
                     continue
                 con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
-                con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (rel, st.st_size, st.st_mtime_ns, now))
+                remember(con, root, rel, st)
             else:  # hashed only if its size or time changed (a job's outputs are already in: made.digest)
                 digest(con, root, rel, keep=True)
 
 
-def mark_refused(root: str | Path, files: Iterable[str | Path], con: sqlite3.Connection | None = None) -> list[str]:
-    """Mark artifacts a reader refused (:attr:`encmap.validation.EncmapError.refused`) as damaged
-    with their current content, so that no later :func:`record` or :func:`verify` takes them for
-    good: the next run reruns their jobs. Returns the tracked paths marked."""
-    root = Path(root).resolve()
-    marked = []
-    with (closing(connect(root)) if con is None else nullcontext(con)) as c, c:
-        for f in files:
-            p = Path(f) if Path(f).is_absolute() else root / f
-            try:
-                rel = str(p.resolve().relative_to(root))
-            except ValueError:
-                continue
-            if rel.split(os.sep, 1)[0] not in TRACKED or not p.is_file():
-                continue
-            c.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, file_sha256(p)))
-            marked.append(rel)
-    return marked
-
-
 def _take_refused(root: Path, con: sqlite3.Connection) -> None:
-    """Mark what failed jobs' readers refused (:data:`encmap.workflow.jobs.REFUSED_LOG`); clear the note."""
+    """Mark what failed jobs' readers refused (:attr:`encmap.validation.EncmapError.refused`, noted in
+    :data:`encmap.workflow.jobs.REFUSED_LOG`) as damaged with its current content, so that no later
+    :func:`record` or :func:`verify` takes it for good: the next run reruns its jobs. Clears the note."""
     log = root / REFUSED_LOG
-    if log.exists():
-        mark_refused(root, [line for line in log.read_text(encoding="utf-8").splitlines() if line], con)
-        log.unlink()
+    if not log.exists():
+        return
+    root = root.resolve()
+    for line in filter(None, log.read_text(encoding="utf-8").splitlines()):
+        p = Path(line) if Path(line).is_absolute() else root / line
+        try:
+            rel = str(p.resolve().relative_to(root))
+        except ValueError:
+            continue
+        if rel.split(os.sep, 1)[0] in TRACKED and p.is_file():
+            con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, file_sha256(p)))
+    log.unlink()
 
 
 def _flag(argv: list[str], long: tuple[str, ...], short: str) -> bool:

@@ -198,16 +198,11 @@ def guard_script_job(poll_seconds: float = 1.0) -> None:
 def one_reevaluation_timer() -> bool:
     """Make Snakemake's scheduler keep at most one pending re-evaluation timer; True if applied.
 
-    Snakemake 9 (checked: 9.27.1) limits job submissions by default (``--max-jobs-per-timespan
-    100/1s``) and, after every pass of its scheduling loop, starts a ``threading.Timer`` that wakes
-    the loop again one timespan later. Every wake-up that is not such a timer (each finished job)
-    therefore starts one more never-ending chain: after N finished jobs the scheduler makes N
-    passes per second over the ready jobs. Measured on the 25-model default map (200 jobs, 2
-    cores): ~52,000 timer threads by the last jobs and 6–14% of a core burnt by the Snakemake
-    process while a 2-thread job ran, whose parallel regions stalled with it (pairwise 111 s vs
-    98 s); on a map of thousands of jobs the scheduler would saturate a core. A single pending
-    timer (the earliest asked for) keeps the rate limiter's guarantee (a pass within one timespan of
-    any request), and the timer is a daemon so that Snakemake does not wait for it to exit.
+    Snakemake 9 (checked: 9.27.1) rate-limits submissions by default and, after every pass of its
+    scheduling loop, starts a ``threading.Timer`` to wake it one timespan later; every other wake-up
+    (each finished job) starts one more never-ending chain, so after N jobs it makes N passes a
+    second (25-model map: ~52,000 timer threads, 6–14% of a core, pairwise 111 s vs 98 s). One
+    pending daemon timer, the earliest asked for, keeps the rate limiter's guarantee.
     """
     try:
         from snakemake.scheduling.job_scheduler import JobScheduler
@@ -244,15 +239,11 @@ def one_reevaluation_timer() -> bool:
 def replace_stale_backups() -> None:
     """Let Snakemake back up an ``update()`` output over the backup a killed job left behind.
 
-    Before a job runs, Snakemake 9 copies each of its ``update()`` outputs to
-    ``.snakemake/backups/`` (to put it back if the job fails) and removes the copy when the job
-    ends. A job killed or interrupted in between leaves the copy, and the next job that backs up
-    the same output fails with ``FileExistsError`` (``shutil.copytree``), so every later run
-    fails until the folder is removed by hand (pointed out in the review of
-    snakemake/snakemake#3833, not handled in 9.27.1). The leftover is a copy of the output from
-    before the killed job; the output itself is what this job must keep now, so the leftover is
-    removed and the backup made afresh. Idempotent; ``tests/test_jobs.py`` fails once Snakemake
-    handles it itself, so this can go.
+    Snakemake 9 copies each ``update()`` output to ``.snakemake/backups/`` before a job and removes
+    the copy after it; a killed job leaves the copy, and every later backup of that output fails
+    with ``FileExistsError`` until it is removed by hand (review of snakemake/snakemake#3833; not
+    handled in 9.27.1). The leftover predates the output that must be kept: it is replaced.
+    Idempotent; ``tests/test_jobs.py`` fails once Snakemake handles it itself.
     """
     import shutil
 
@@ -277,15 +268,11 @@ def replace_stale_backups() -> None:
 def keep_update_outputs_of_failed_jobs() -> None:
     """Never let Snakemake delete the ``update()`` outputs of a job that failed.
 
-    Snakemake 9 (checked: 9.27.1) backs an ``update()`` output up in ``Job.prepare``, which only
-    the local executor calls in the main process, then on failure puts the backup back or, with
-    none, removes the outputs "since they might be corrupted". Under a remote executor (SLURM) a
-    failed submission or a job that failed on its node has no backup in the main process, so the
-    previous outputs were deleted (git-tracked metrics included): "Cannot restore ... no backup
-    found", then "Removing output files of failed job". Every encmap step replaces its outputs
-    atomically (a temporary renamed over them), so an output under its own name is never a
-    half-written one: a failed job's ``update()`` outputs are the previous run's, or what its own
-    node put back, and are kept. Outputs of other rules are cleaned as before. Idempotent.
+    Snakemake 9 (checked: 9.27.1) backs ``update()`` outputs up only in the local executor's main
+    process and, on failure with no backup, removes them "since they might be corrupted": under
+    SLURM a failed job deleted the previous outputs (git-tracked metrics too). Every encmap step
+    replaces its outputs atomically, so an output under its own name is never half-written: a
+    failed job's ``update()`` outputs are kept. Other outputs are cleaned as before. Idempotent.
     """
     from snakemake.io import is_flagged
     from snakemake.jobs import Job

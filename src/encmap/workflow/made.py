@@ -3,7 +3,8 @@
 One SQLite file, ``.snakemake/encmap/ledger.sqlite`` (local, like Snakemake's own metadata), that
 every reader uses: a plain run's integrity check (:mod:`.integrity`: tables ``files``, size, time
 and sha256 of every artifact, and ``damaged``), ``encmap record`` and ``encmap repro`` (``made``).
-A file is hashed once: its sha256 is the ledger's while its size and time are (:func:`digest`).
+A file is hashed once: its sha256 is the ledger's while its size and time are (:func:`digest`), and
+so is its md5 from the same read, which DVC then need not take (:func:`.repro.prime_dvc`).
 
 ``made`` has a row per output a job ran and wrote (:func:`record_made`): its digest when the job
 finished, and what the job was made from as it started: its stage's code digest, params slice and
@@ -11,13 +12,11 @@ the digest of every input it read (its Snakemake inputs and the files params nam
 as DVC hashes them: curate's corpora, the tasks' data). A dry run, the touch executor and a job
 that wrote nothing (a remote job whose ``update()`` outputs are the last run's files) make none.
 
-``encmap record`` (:func:`.repro.record`; a plain run's end in a DVC project: :func:`.repro.record_run`)
-writes the code digests and params slices as DVC's bookkeeping stages do, then records in
-``dvc.lock``, as ``dvc commit`` would, each stale stage whose every output was made by a job of the
-current code, params slice and inputs and still holds what that job wrote, every stage above it
-up to date or recorded. Nothing is inferred from file times; every other stale stage stays stale,
-named with the reason; no job runs. ``encmap repro`` records a stage whose every target a job of
-its own call made (:func:`still_made`).
+``encmap record`` (:func:`.repro.record`; a plain run's end in a DVC project) writes the code
+digests and params slices as DVC's bookkeeping stages do, then records in ``dvc.lock``, as ``dvc
+commit`` would, each stale stage whose every output a job made from the current code, params slice
+and inputs and still holds, every stage above it up to date or recorded; every other stays stale,
+named with the reason. ``encmap repro`` records a stage whose every target its call made (:func:`still_made`).
 """
 
 from __future__ import annotations
@@ -31,10 +30,11 @@ import sys
 from contextlib import closing
 from pathlib import Path
 
-from ..io import file_sha256
+from ..io import file_sha256, file_sha256_md5
 
 LEDGER = ".snakemake/encmap/ledger.sqlite"
-_SCHEMA = """CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT);
+_SCHEMA = """CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT,
+md5 TEXT);
 CREATE TABLE IF NOT EXISTS damaged (path TEXT PRIMARY KEY, sha256 TEXT);
 CREATE TABLE IF NOT EXISTS made (path TEXT PRIMARY KEY, digest TEXT, stage TEXT, code TEXT, params TEXT,
 inputs TEXT);"""
@@ -53,9 +53,7 @@ def connect(root: Path) -> sqlite3.Connection:
     db = root / LEDGER
     db.parent.mkdir(parents=True, exist_ok=True)
     try:
-        con = sqlite3.connect(db, timeout=60)
-        con.executescript(_SCHEMA)
-        return con
+        return _open(db)
     except sqlite3.DatabaseError as e:
         if isinstance(e, sqlite3.OperationalError) and "locked" in str(e):
             raise
@@ -64,8 +62,14 @@ def connect(root: Path) -> sqlite3.Connection:
         os.replace(db, aside)
         print(f"encmap: {db}: not a readable ledger ({e}); set aside as {aside.name}, a fresh one started "
               "(what it recorded is forgotten)", file=sys.stderr)
+    return _open(db)
+
+
+def _open(db: Path) -> sqlite3.Connection:
     con = sqlite3.connect(db, timeout=60)
     con.executescript(_SCHEMA)
+    if "md5" not in {row[1] for row in con.execute("PRAGMA table_info(files)")}:  # a ledger of before the md5
+        con.execute("ALTER TABLE files ADD COLUMN md5 TEXT")
     return con
 
 
@@ -87,9 +91,15 @@ def digest(con: sqlite3.Connection, root: Path, path: str, keep: bool = False) -
     row = con.execute("SELECT size, mtime_ns, sha256 FROM files WHERE path = ?", (path,)).fetchone()
     if row is not None and row[:2] == (st.st_size, st.st_mtime_ns):
         return row[2]
-    sha = file_sha256(p)
-    if keep:
-        con.execute("INSERT OR REPLACE INTO files VALUES (?, ?, ?, ?)", (path, st.st_size, st.st_mtime_ns, sha))
+    return remember(con, root, path, st) if keep else file_sha256(p)
+
+
+def remember(con: sqlite3.Connection, root: Path, path: str, st: os.stat_result | None = None) -> str:
+    """Hash file ``path`` (relative to ``root``; ``st``: its stat before the read) into the ledger; its sha256."""
+    st = st or (root / path).stat()
+    sha, md5 = file_sha256_md5(root / path)
+    con.execute("INSERT OR REPLACE INTO files (path, size, mtime_ns, sha256, md5) VALUES (?, ?, ?, ?, ?)",
+                (path, st.st_size, st.st_mtime_ns, sha, md5))
     return sha
 
 
@@ -147,8 +157,7 @@ class Basis:
 
 def record_made(workflow) -> None:
     """``rules/common.smk``: a job that ran and wrote its outputs gets ``made`` rows (module docstring)
-    when Snakemake declares it finished (outputs checked); in Snakemake's main process (a remote
-    job's leaves it to the submitting one), not under ``dvc repro`` (``DVC_STAGE``: DVC records)."""
+    as Snakemake declares it finished, in Snakemake's main process, not under ``dvc repro``."""
     from snakemake.dag import DAG
     from snakemake.scheduling.job_scheduler import JobScheduler
 

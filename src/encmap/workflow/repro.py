@@ -1,28 +1,24 @@
 """``encmap repro``, ``encmap stage``, ``encmap record``: DVC decides what is stale; Snakemake runs it.
 
-Every DVC stage's command is ``encmap stage``: it reads which stage it is from ``DVC_STAGE`` (set
-by DVC for every stage command; ``embed@<model>`` for a per-model stage), validates params.yaml,
-and runs that stage's Snakemake targets (:func:`encmap.workflow.stages.stage_job`, from the stage
-registry) with ``--force`` (DVC has decided they must run), ``--allowed-rules`` its rule and
-``--rerun-incomplete`` (a killed run's markers never block the next one). No params value is
-ever put into a shell command: DVC interpolates none into ``encmap stage``; targets come from valid params.
+Every DVC stage's command is ``encmap stage``: it reads its stage from ``DVC_STAGE`` (``embed@<model>``
+for a per-model stage), validates params.yaml and runs the stage's Snakemake targets
+(:func:`encmap.workflow.stages.stage_job`) with ``--force`` (DVC decided they must run),
+``--allowed-rules`` its rule and ``--rerun-incomplete``. No params value ever reaches a shell.
 
-``dvc repro`` runs each stale stage's command in turn, and each command is a Snakemake process
-that builds the whole DAG: at 1,101 models, ~4,400 processes of ~2.4 s each before any compute,
-and DVC rewrites ``dvc.lock`` after every stage. ``encmap repro`` brings DVC's bookkeeping stages
-(code digests, params slices) up to date, reads DVC's decision (``Repo.status``; DVC's graph for
-what follows), runs the *same* stage jobs batched into one Snakemake call per batch (the SLURM
-profile or ``SNAKEMAKE_PROFILE`` passes through; the options it passes are an allow-list), and
-records in ``dvc.lock``, as ``dvc commit`` would, the stages whose every target a job of that call
-ran and wrote, still holding what it wrote (:mod:`.made`). It skips what ``dvc repro`` skips: a stage
-that is stale only because an upstream output is about to be remade is decided again once that
-output exists, so an output remade byte for byte stops the cascade. ``dvc repro``, ``dvc exp run
--S``, ``dvc push/pull`` keep working on the same files.
+``dvc repro`` starts a Snakemake per stale stage, each building the whole DAG (at 1,101 models,
+~4,400 processes of ~2.4 s before any compute). ``encmap repro`` updates DVC's bookkeeping stages
+(code digests, params slices), reads DVC's decision once (``Repo.status``, DVC's graph), runs the
+same stage jobs batched into one Snakemake call per batch (its options an allow-list; the SLURM
+profile passes), and records in ``dvc.lock``, as ``dvc commit`` would, the stages whose every target
+a job of that call wrote and still holds (:mod:`.made`). As in ``dvc repro``, a stage stale only
+because an upstream output is about to be remade is decided again once it exists, so an output
+remade byte for byte stops the cascade.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import sqlite3
@@ -68,10 +64,8 @@ class SnakemakeCalls:
 
     The first child starts at once (:func:`.snakemake_call.serve`): it imports Snakemake and judges
     the options and profiles while this process imports DVC, sends its verdict (:meth:`verdict`:
-    nothing is read or changed before it), then waits to run the first call: Snakemake is imported
-    once per call (~1.5 s of CPU less). A later call starts a child of its own, which checks the
-    profiles as it starts. A dry run makes no call and judges here; where nothing is stale, the
-    first child was started for nothing (~0.5 s of CPU).
+    nothing is read or changed before it), then waits to run the first call (Snakemake imported once
+    per call: ~1.5 s of CPU less). A later call's child checks the profiles as it starts.
     """
 
     def __init__(self, root: Path, args: list[str], dry_run: bool = False):
@@ -239,6 +233,21 @@ def plan(repo, targets: list[str] | None = None, would_change: set[str] | None =
                 {s for s in stale if s.addressing in BOOKKEEPING})
 
 
+def prime_dvc(repo, con: sqlite3.Connection) -> None:
+    """Hand DVC the md5 the ledger took in each job's own read of its outputs (of files still of the
+    size and time they were hashed at): DVC reads none of them again (1.1 GB on the default run).
+    DVC keys its state by each file's inode, time and size now: a later edit is hashed afresh."""
+    from dvc_data.hashfile.hash_info import HashInfo
+
+    known = []
+    for rel, size, mtime, md5 in con.execute("SELECT path, size, mtime_ns, md5 FROM files WHERE md5 IS NOT NULL"):
+        with contextlib.suppress(OSError):
+            st = os.stat(path := os.path.join(repo.root_dir, rel))
+            if (st.st_size, st.st_mtime_ns) == (size, mtime):
+                known.append((path, HashInfo("md5", md5), None))
+    repo.state.save_many(known, repo.fs)
+
+
 def _hashes(stage) -> list:
     return [(str(o.def_path), o.hash_info.value if o.hash_info else None) for o in stage.outs]
 
@@ -254,12 +263,10 @@ def _save(stages: list) -> set[str]:
 
 
 def _write_locks(repo, stages: list, log) -> None:
-    """Record saved ``stages`` in their ``dvc.lock``, one atomic write per file, as DVC's
-    ``Lockfile.dump_stages`` writes it (same serialisation, same YAML dumper: same bytes).
-
-    DVC re-reads the lock with ruamel's round-trip parser to keep comments, pure Python and
-    ~9 s for the 2.5 MB lock of 1,101 models; a lock holds none, so the C parser reads it here.
-    """
+    """Record saved ``stages`` in their ``dvc.lock``, one atomic write per file, in DVC's own
+    serialisation and YAML dumper (the bytes of ``Lockfile.dump_stages``). DVC re-reads a lock with
+    ruamel's pure-Python round-trip parser (~9 s for 1,101 models' 2.5 MB) to keep comments; a lock
+    holds none, so the C parser reads it here."""
     from dvc.stage.serialize import to_lockfile
     from dvc.utils.serialize import dumps_yaml, parse_yaml
 
@@ -291,7 +298,7 @@ def _bookkeep(root: Path, stage: str, params: dict, dry_run: bool = False) -> se
     return set(write_slices(root, params, dry_run))
 
 
-def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
+def _run(repo, root: Path, stages: list, params: dict, per_model: dict[tuple[str, str], list[str]],
          snakemake_args: list[str], calls: SnakemakeCalls, log) -> tuple[list, set[str], int]:
     """One Snakemake call for ``stages``; save the completed ones (:func:`_save`).
 
@@ -306,6 +313,8 @@ def _run(root: Path, stages: list, params: dict, per_model: dict[tuple[str, str]
     forget(root, [t for j in jobs for t in j.targets])
     rc = calls.run(snakemake_argv(jobs, ["--rerun-triggers", *RERUN_TRIGGERS, *snakemake_args]))
     done = [s for s, ok in zip(stages, still_made(root, [list(j.targets) for j in jobs])) if ok]
+    with contextlib.closing(connect(root)) as con:
+        prime_dvc(repo, con)
     return done, _save(done), rc
 
 
@@ -343,12 +352,10 @@ def repro(root: str | Path = ".", targets: list[str] | None = None, snakemake_ar
           dry_run: bool = False, log=print) -> int:
     """Bring the stale stages up to date, Snakemake running each batch in one call; record them in ``dvc.lock``.
 
-    Batches: every stage that must run whatever runs above it (its own params, code or outputs
-    changed, or never recorded) runs in one call with the stages above it that must run too (a
-    fresh map: one call). A stage that is stale only because a stale stage above it will remake
-    one of its inputs is decided again, as ``dvc repro`` decides it, once that stage has run:
-    an input remade byte for byte leaves it up to date. A stage below an output that changed
-    must run.
+    A batch: the stages that must run whatever runs above them (own params, code or outputs changed,
+    never recorded) with those above them that must run too (a fresh map: one call). A stage stale
+    only because one above will remake an input is decided again, as ``dvc repro`` does, once that
+    one has run; a stage below an output that changed must run.
 
     Parameters
     ----------
@@ -402,11 +409,26 @@ def dvc_session(root: Path, command: str, before=None):
         raise EncmapError(f"{command}: {root}: {e}") from None
     try:
         with lock_repo(repo), repo.scm_context():
+            _index_read_once(repo)
             yield repo
     except DvcException as e:
         raise EncmapError(f"{command}: {type(e).__name__}: {dvc_message(e)}") from None
     finally:
         repo.close()
+
+
+def _index_read_once(repo) -> None:
+    """DVC asks git whether it tracks each output DVC saves (to refuse one it does), and scmrepo reads
+    git's whole index per question: outputs × entries (0.9 s of the default run's recording, minutes
+    at 1,101 models). Read once here: the index holds still while DVC's lock is held (DVC stages its
+    files as the session ends). Tracked: the path, or a folder holding an entry (scmrepo's test)."""
+    from dvc.scm import NoSCM
+
+    if not isinstance(scm := repo.scm, NoSCM):
+        files = {p.decode() for p in scm.dulwich.repo.open_index()}
+        folders = {f.rsplit("/", i)[0] for f in files for i in range(1, f.count("/") + 1)}
+        scm.is_tracked = lambda path: (rel := os.path.relpath(path, scm.root_dir).replace(os.sep, "/")) in \
+            files or rel in folders
 
 
 def dvc_message(error: Exception) -> str:
@@ -467,7 +489,7 @@ def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_
             batch = {s for s in pending if s in must and nx.descendants(pl.graph, s) & pending <= must}
             if not batch:
                 continue
-            got, changed, rc = _run(root, pl.ordered(batch), params, per_model, args, calls, log)
+            got, changed, rc = _run(repo, root, pl.ordered(batch), params, per_model, args, calls, log)
             done += got
             names = ", ".join(s.addressing for s in pl.ordered(got)[:12])
             log(f"encmap repro: ran {len(got)} of {len(batch)} stages ({names}{', ...' if len(got) > 12 else ''}); "
@@ -491,10 +513,11 @@ def _repro(repo, root: Path, targets, args: list[str], dry_run: bool, log, load_
 
 
 def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, model: str | None,
-             con: sqlite3.Connection) -> str | None:
+             digest_of) -> str | None:
     """Why the DVC outputs ``outs`` of ``stage`` (its outs, metrics and plots: what DVC would record)
     cannot be shown made from the current code, params and inputs, or None. A directory output
-    that no job made whole must hold only files that jobs made (per-encoder files)."""
+    that no job made whole must hold only files that jobs made (per-encoder files). ``digest_of``:
+    a path's :func:`.made.digest`, each taken once per recording (many stages read the same inputs)."""
     code, params = basis.code(stage), basis.params(stage, model)
     owners = []
     for out in map(os.path.normpath, outs):
@@ -510,14 +533,14 @@ def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, 
         if owner not in made:
             return f"{owner}: no job of a Snakemake run made it"
         rec = made[owner]
-        if rec["digest"] is None or digest(con, root, owner) != rec["digest"]:
+        if rec["digest"] is None or digest_of(owner) != rec["digest"]:
             return f"{owner}: changed since its job wrote it"
         if rec["code"] != code:
             return f"{owner}: made by other code than the stage's now"
         if rec["params"] != params:
             return f"{owner}: made with other params than params.yaml's now"
         for path, was in json.loads(rec["inputs"]).items():
-            if digest(con, root, path) != was:
+            if digest_of(path) != was:
                 return f"{owner}: its input {path} changed since"
     return None
 
@@ -533,6 +556,7 @@ def record(root: str | Path = ".", log=print) -> int:
     root = Path(root).resolve()
     params = load_params(root / "params.yaml")
     with dvc_session(root, "encmap record") as repo, contextlib.closing(connect(root)) as con:
+        prime_dvc(repo, con)
         for name in BOOKKEEPING:
             _bookkeep(root, name, params)
         pl = plan(repo)
@@ -541,6 +565,7 @@ def record(root: str | Path = ".", log=print) -> int:
         made = {row[0]: dict(zip(("digest", "stage", "code", "params", "inputs"), row[1:]))
                 for row in con.execute("SELECT * FROM made")}
         basis = Basis(root, params)
+        digest_of = functools.cache(lambda path: digest(con, root, path))
         per_model = _per_model_targets(params["models"])
         recorded, left = [], {}
         for s in pl.ordered(pl.stale):
@@ -550,7 +575,7 @@ def record(root: str | Path = ".", log=print) -> int:
                 continue
             job = stage_job(s.addressing, params, per_model)
             model = s.addressing.split("@", 1)[1] if "@" in s.addressing else None
-            why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, con)
+            why = _why_not(root, job.rule, [str(o.def_path) for o in s.outs], made, basis, model, digest_of)
             if why is None and job.prune is not None:
                 extra = stale_files(params["models"], job.prune[0], job.prune[1], root,
                                     paths=per_model.get(job.prune))

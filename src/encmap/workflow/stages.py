@@ -2,10 +2,8 @@
 
 Everything that names a stage's files or values reads this registry:
 
-- ``dvc.yaml`` is generated from it whole (:func:`encmap.workflow.deps.dvc_yaml`, ``encmap deps --write``; a test
-  fails when the committed file differs). Each stage's DVC deps are its data deps, the sources
-  params name (curate's corpora, regress's score tables and MTEB results), its code digest and
-  its params slice; its outs, metrics and plots are :attr:`Stage.tracks`.
+- ``dvc.yaml`` is generated from it whole (:func:`encmap.workflow.deps.dvc_yaml`, ``encmap deps
+  --write``; a test fails when the committed file differs): deps, params and outputs (:class:`Stage`).
 - The rules take their inputs and outputs from it (``rules/common.smk``: ``stage_input`` and
   ``stage_output``), so a rule file declares only what Snakemake alone needs (params, log,
   threads, resources, the script).
