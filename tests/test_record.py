@@ -253,8 +253,12 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
     md5 every artifact again (1.1 GB on the default run, 1.8 s), and ask git, reading its whole
     index, once per output. Now the md5 the ledger took in the job's own read of each output is
     DVC's: DVC hashes only what the recording itself writes (the code digests and params slices),
-    and the lock holds what DVC writes hashing every file itself (`dvc commit -f`). A ledger of
-    before the md5 is read, its files left to DVC; an output git tracks is still refused by DVC."""
+    and the lock holds what DVC writes hashing every file itself (`dvc commit -f`). Another file put
+    in an output's place (a new inode, the size and time the ledger hashed) is read by DVC, as DVC's
+    own state would have it. A ledger of before the md5 is read, its files left to DVC; an output
+    git tracks is still refused by DVC."""
+    import hashlib
+    import os
     import sqlite3
 
     import dvc_data.hashfile.hash as dvc_hash
@@ -265,6 +269,9 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
 
     proj = copy(made, tmp_path)
     monkeypatch.chdir(proj)  # as the command runs: DVC names stages from the working directory
+    with sqlite3.connect(proj / LEDGER) as con:  # the copies are new inodes: the ledger as the run left it here
+        con.executemany("UPDATE files SET ino = ? WHERE path = ?",
+                        [((proj / path).stat().st_ino, path) for path, in con.execute("SELECT path FROM files")])
     hashed: list[str] = []
     real = dvc_hash._hash_file
     monkeypatch.setattr(dvc_hash, "_hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
@@ -275,8 +282,9 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
         for d in (".dvc/tmp", ".dvc/cache"):
             shutil.rmtree(proj / d, ignore_errors=True)
         hashed.clear()
-        record(proj, log=lambda line: None)
-        assert stale(proj) == set()
+        said = []
+        record(proj, log=said.append)
+        assert stale(proj) == set(), said
         return yaml.safe_load((proj / "dvc.lock").read_text())
 
     def artifacts(paths: list[str]) -> set[str]:
@@ -288,12 +296,28 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
 
     mine = record_afresh()
     assert hashed and not artifacts(hashed), sorted(artifacts(hashed))[:5]
-    shutil.rmtree(proj / ".dvc/tmp")  # DVC's own hashes, every file read by DVC
-    run("dvc commit -f -q", proj)
-    assert yaml.safe_load((proj / "dvc.lock").read_text()) == mine
+    # Another file in its place, of the same size, its time set back to the one the ledger hashed:
+    # DVC keys its own hashes by inode too, and so is the ledger's md5 handed to it: DVC reads it.
+    coords = proj / "results/map/coords.csv"
+    data = bytearray(coords.read_bytes())
+    data[-2] = ord("7") if data[-2] != ord("7") else ord("3")
+    with sqlite3.connect(proj / LEDGER) as con:
+        then = con.execute("SELECT mtime_ns FROM files WHERE path = 'results/map/coords.csv'").fetchone()[0]
+    with coords.open("rb"):  # the old file held open: the new one cannot take its inode
+        (proj / "coords.tmp").write_bytes(bytes(data))
+        os.utime(proj / "coords.tmp", ns=(then, then))
+        os.replace(proj / "coords.tmp", coords)
+    lock = record_afresh()
+    assert artifacts(hashed) == {"results/map/coords.csv"}
+    assert {o["path"]: o["md5"] for o in lock["stages"]["map"]["outs"]}["results/map/coords.csv"] == \
+        hashlib.md5(bytes(data)).hexdigest() and lock != mine
     with sqlite3.connect(proj / LEDGER) as con:  # a ledger as the code of before the md5 wrote it
         con.execute("ALTER TABLE files DROP COLUMN md5")
-    assert record_afresh() == mine and len(artifacts(hashed)) > 20
+    assert record_afresh() == lock and len(artifacts(hashed)) > 20
     run("git add -f results/map/map.html", proj)
     with pytest.raises(EncmapError, match="results/map/map.html"):
         record_afresh()
+    run("git rm -q --cached results/map/map.html", proj)
+    shutil.rmtree(proj / ".dvc/tmp")  # DVC's own hashes, every file read by DVC
+    run("dvc commit -f -q", proj)
+    assert yaml.safe_load((proj / "dvc.lock").read_text()) == lock

@@ -110,8 +110,8 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
                 continue
             if now == sha:  # same bytes, new time: a checkout, a copy, `snakemake --touch`
                 if not dry_run:
-                    con.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE path = ?",
-                                (st.st_size, st.st_mtime_ns, rel))
+                    con.execute("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
+                                (st.st_size, st.st_mtime_ns, st.st_ino, rel))
                     con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 continue
             messages.append(f"{rel}: changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…); "

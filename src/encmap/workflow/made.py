@@ -34,7 +34,7 @@ from ..io import file_sha256, file_sha256_md5
 
 LEDGER = ".snakemake/encmap/ledger.sqlite"
 _SCHEMA = """CREATE TABLE IF NOT EXISTS files (path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT,
-md5 TEXT);
+md5 TEXT, ino INTEGER);
 CREATE TABLE IF NOT EXISTS damaged (path TEXT PRIMARY KEY, sha256 TEXT);
 CREATE TABLE IF NOT EXISTS made (path TEXT PRIMARY KEY, digest TEXT, stage TEXT, code TEXT, params TEXT,
 inputs TEXT);"""
@@ -68,8 +68,9 @@ def connect(root: Path) -> sqlite3.Connection:
 def _open(db: Path) -> sqlite3.Connection:
     con = sqlite3.connect(db, timeout=60)
     con.executescript(_SCHEMA)
-    if "md5" not in {row[1] for row in con.execute("PRAGMA table_info(files)")}:  # a ledger of before the md5
-        con.execute("ALTER TABLE files ADD COLUMN md5 TEXT")
+    have = {row[1] for row in con.execute("PRAGMA table_info(files)")}
+    for column in (c for c in ("md5 TEXT", "ino INTEGER") if c.split()[0] not in have):  # a ledger of before
+        con.execute(f"ALTER TABLE files ADD COLUMN {column}")
     return con
 
 
@@ -98,8 +99,8 @@ def remember(con: sqlite3.Connection, root: Path, path: str, st: os.stat_result 
     """Hash file ``path`` (relative to ``root``; ``st``: its stat before the read) into the ledger; its sha256."""
     st = st or (root / path).stat()
     sha, md5 = file_sha256_md5(root / path)
-    con.execute("INSERT OR REPLACE INTO files (path, size, mtime_ns, sha256, md5) VALUES (?, ?, ?, ?, ?)",
-                (path, st.st_size, st.st_mtime_ns, sha, md5))
+    con.execute("INSERT OR REPLACE INTO files (path, size, mtime_ns, sha256, md5, ino) VALUES (?, ?, ?, ?, ?, ?)",
+                (path, st.st_size, st.st_mtime_ns, sha, md5, st.st_ino))
     return sha
 
 

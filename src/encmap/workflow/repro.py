@@ -235,15 +235,15 @@ def plan(repo, targets: list[str] | None = None, would_change: set[str] | None =
 
 def prime_dvc(repo, con: sqlite3.Connection) -> None:
     """Hand DVC the md5 the ledger took in each job's own read of its outputs (of files still of the
-    size and time they were hashed at): DVC reads none of them again (1.1 GB on the default run).
-    DVC keys its state by each file's inode, time and size now: a later edit is hashed afresh."""
+    inode, size and time they were hashed at, as DVC keys its own state): DVC reads none of them
+    again (1.1 GB on the default run), and hashes afresh a file replaced or edited since."""
     from dvc_data.hashfile.hash_info import HashInfo
 
     known = []
-    for rel, size, mtime, md5 in con.execute("SELECT path, size, mtime_ns, md5 FROM files WHERE md5 IS NOT NULL"):
+    for rel, *then, md5 in con.execute("SELECT path, size, mtime_ns, ino, md5 FROM files WHERE md5 IS NOT NULL"):
         with contextlib.suppress(OSError):
             st = os.stat(path := os.path.join(repo.root_dir, rel))
-            if (st.st_size, st.st_mtime_ns) == (size, mtime):
+            if [st.st_size, st.st_mtime_ns, st.st_ino] == then:
                 known.append((path, HashInfo("md5", md5), None))
     repo.state.save_many(known, repo.fs)
 
