@@ -81,6 +81,29 @@ def check_score_spread(Y: np.ndarray, ids: list[str], tasks: list[str], source: 
                               "give scores on a sane scale")
 
 
+def unmasked(value: Any, name: str, hint: str = "fill or drop those entries") -> Any:
+    """``value`` as plain data: a NumPy masked array (or a list of masked rows) with no entry masked
+    is its data; one with masked entries is :class:`EncmapError` naming ``name`` and where they are.
+
+    ``np.asarray`` drops a mask and keeps the values under it, so the maths would use numbers the
+    user marked as missing. Which value a missing one stands for is the user's call (the rows are
+    sentences: dropping one means dropping it from every encoder compared), so none is guessed."""
+    if isinstance(value, (list, tuple)) and any(isinstance(x, np.ma.MaskedArray) for x in value):
+        value = np.ma.asarray(value)  # a list of masked rows: np.asarray would drop their masks too
+    if not isinstance(value, np.ma.MaskedArray):
+        return value
+    mask = np.ma.getmaskarray(value)
+    if mask.any():
+        at = np.argwhere(mask)
+        rows = np.unique(at[:, 0]) if mask.ndim else np.zeros(0, int)
+        where = (f" in {rows.size} rows, first rows {rows[:5].tolist()}" if mask.ndim == 2 else
+                 f" at {at[:5, 0].tolist()}" if mask.ndim == 1 else "")
+        k = int(mask.sum())
+        raise EncmapError(f"{name}: a masked array with {k} masked value{'s' if k > 1 else ''}{where}; encmap uses "
+                          f"every value and does not guess what a masked one stands for: {hint}, and pass a plain array")
+    return value.data
+
+
 def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) -> np.ndarray:
     """Validate an embedding matrix and return it as C-contiguous float64.
 
@@ -100,7 +123,10 @@ def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) 
     if type(E).__name__ == "Spectrum" and hasattr(E, "U"):  # a factored PIP where embeddings are expected
         raise EncmapError(f"{name}: a Spectrum (factored PIP) where embeddings (an n x d array) are expected here")
     try:
-        A = np.asarray(E)
+        A = np.asarray(unmasked(E, name, "drop those rows from every encoder compared (rows are sentences) or fill "
+                                "them"))
+    except EncmapError:
+        raise
     except (ValueError, TypeError) as e:  # a ragged list of rows
         raise EncmapError(f"{name}: not a 2-D (n x d) matrix of numbers: {e}") from None
     if A.ndim != 2:
@@ -163,7 +189,10 @@ def check_real_array(value: Any, name: str) -> np.ndarray:
     anything else (objects, strings, booleans, complex, a ragged list) is :class:`EncmapError`
     naming ``name`` and what it holds. Strings of digits are not numbers here, as nowhere else."""
     try:
+        value = unmasked(value, name)
         A = np.asarray(value)
+    except EncmapError:
+        raise
     except (TypeError, ValueError) as e:  # a ragged list
         raise EncmapError(f"{name} must be an array of numbers ({e})") from None
     if A.dtype.kind not in "iuf":
@@ -251,7 +280,9 @@ def check_eps(eps: float, direction: str = "forward") -> float:
     if direction not in ("forward", "reverse"):
         raise EncmapError(f"direction must be 'forward' or 'reverse', got {direction!r}")
     try:
-        eps = float(eps)
+        eps = float(unmasked(eps, "eps", "give a number"))
+    except EncmapError:
+        raise
     except (TypeError, ValueError):
         raise EncmapError(f"eps must be a number in [0, 1), got {eps!r}") from None
     if not (0.0 <= eps < 1.0):
