@@ -31,6 +31,12 @@ class EncmapError(ValueError):
         self.refused = tuple(str(f) for f in refused)
 
 
+def shown(value: str, limit: int = 24) -> str:
+    """``value`` as a message quotes it: its repr, cut to ``limit`` characters and its length said
+    when longer (a 5,000-digit environment variable is not repeated whole)."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value):,} characters)"
+
+
 def check_id(value: str, what: str = "id") -> str:
     """Return ``value`` if it is a path-safe id, else raise naming it.
 
