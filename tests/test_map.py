@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
-from support.fake_run import META, fake_run, record
+from support.fake_run import META, fake_run, leave_off, record
 from support.fresh import array_digest, fresh_digests
 
 from encmap.maps.distances import (
@@ -542,6 +542,57 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
     with pytest.raises(EncmapError, match="unknown metadata field 'colour'"):
         map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"fields": ["colour"]})
     assert not (tmp_path / "bad/results/map").exists()
+
+
+FAILED = {"stage": "embed", "error": "cannot load"}
+
+
+def test_a_map_the_run_left_encoders_off_runs_at_the_values_the_rest_allow(tmp_path, capsys):
+    """Old: `encmap check` held map.perplexity (and neighbours, trustworthiness_k) to every encoder
+    of params; when on_error: skip (or embed.degenerate: drop) left encoders off, the map stage
+    refused after all the work, a traceback in logs/map.log. Now each value too large for the
+    encoders left is lowered to the largest they allow, with a warning naming the key, what it
+    needs and the encoders left off; metrics.json and model.h5 say what the map used."""
+    import h5py
+
+    from encmap.pipeline.map import map_step
+    from encmap.pipeline.pairwise import pairwise_step
+
+    run = fake_run(tmp_path, m=8)
+    leave_off(run, failed={f"gone__{i}": FAILED for i in range(3)},
+              dropped={"m1__9": "rank <= 1"})
+    pw = tmp_path / "results/similarity/qre_pairwise.h5"
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "cka.h5"), str(tmp_path / "t.json"),
+                  eps=1e-6, code="c")
+    out = map_outputs(tmp_path)
+    # params fit 12 encoders (8 mapped + 4 left off): perplexity 3 needs 10, neighbours 9 needs 10,
+    # trustworthiness_k 4 needs 9; 8 are left.
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"perplexity": 3, "neighbours": 9,
+                                                                  "trustworthiness_k": 4})
+    err = capsys.readouterr().err
+    left = "the run left off 4 (gone__0, gone__1, gone__2 and 1 more: failed models or degenerate encoders)"
+    assert f"warning: map.perplexity = 3 needs 10 encoders on the map, but 8 are left: {left}; using 2.333" in err
+    assert f"warning: map.neighbours = 9 needs 10 encoders on the map, but 8 are left: {left}; using 7 instead" in err
+    assert f"warning: map.trustworthiness_k = 4 needs 9 encoders on the map, but 8 are left: {left}; using 3" in err
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["perplexity"] == 3 and metrics["perplexity_used"] == pytest.approx(7 / 3, abs=1e-4)
+    assert metrics["trustworthiness_k"] == 3 and metrics["encoders"] == 8
+    rows = Path(out["neighbours"]).read_text().splitlines()[1:]
+    assert len(rows) == 8 * 7  # every other encoder, each
+    with h5py.File(out["model"], "r") as f:
+        assert f.attrs["neighbours"] == 7 and f.attrs["perplexity"] == pytest.approx(7 / 3)  # what `place` reads
+
+    # Values the encoders left allow: unchanged, no warning.
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS)
+    assert "warning: map." not in capsys.readouterr().err
+    # Too few left for any map: refused, naming what was left off (nothing of the map replaced).
+    before = {k: Path(v).read_bytes() for k, v in out.items()}
+    few = fake_run(tmp_path / "few", m=3)
+    leave_off(few, failed={"gone__0": FAILED})
+    with pytest.raises(EncmapError, match=r"qre.h5: a map needs at least 4 encoders and 3 are left: the run left off "
+                                          r"1 \(gone__0: failed models"):
+        map_step(few["features"], str(pw), out, params=MAP_PARAMS)
+    assert before == {k: Path(v).read_bytes() for k, v in out.items()}
 
 
 def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):

@@ -6,6 +6,7 @@ which file, which key, which encoder. Maths modules call these before doing any 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -349,6 +350,39 @@ def check_perplexity(perplexity: float, m: int, what: str = "map.perplexity") ->
             f"3 x perplexity nearest neighbours of each point, so perplexity must be <= (m - 1)/3 = "
             f"{max_perplexity(m):.2f} (rule of thumb: 5-10 for ~50 encoders, 30-50 for ~1,000)")
     return float(perplexity)
+
+
+#: The params the number of encoders on the map bounds: key -> (the largest value m encoders
+#: allow, the fewest encoders a value needs). ``encmap check`` holds each to every encoder params yield.
+MAP_COUNTS = {
+    "map.perplexity": (max_perplexity, lambda p: math.ceil(3 * p + 1)),
+    "map.neighbours": (lambda m: m - 1, lambda k: k + 1),
+    "map.trustworthiness_k": (lambda m: (m - 1) // 2, lambda k: 2 * k + 1),  # scikit-learn: k < m/2
+    "similarity.subset.neighbours": (lambda m: m - 1, lambda k: k + 1),
+}
+
+
+def fit_to_mapped(key: str, value: float, m: int, left_off: list[str]) -> tuple[float, str | None]:
+    """``value`` of ``key`` (:data:`MAP_COUNTS`) for a map of ``m`` encoders, and a warning when it was lowered.
+
+    ``encmap check`` held the value to every encoder params yield; the run can map fewer (failed
+    models under ``on_error: skip``, degenerate encoders: ``left_off``), which nobody can know
+    before the work. Then a value too large for the m left is lowered to the largest they allow,
+    and the warning says so: a run of a thousand encoders is not lost at its last stages for a
+    handful of failed checkpoints. With nothing left off the value is returned as it is (its own
+    check refuses it, as before).
+    """
+    allowed, needs = MAP_COUNTS[key]
+    if not left_off or value <= allowed(m):
+        return value, None
+    new = allowed(m)  # an int for the integer keys, a float for the perplexity
+    return new, (f"{key} = {value} needs {needs(value)} encoders on the map, but {m} are left: the run left off "
+                 f"{len(left_off)} ({few(left_off)}: failed models or degenerate encoders); using {new:.4g} instead")
+
+
+def few(names: list[str], k: int = 3) -> str:
+    """The first ``k`` of ``names`` for a message, and how many more there are."""
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
 def lineage_cycle(parent: dict[str, str]) -> list[str] | None:
