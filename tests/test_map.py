@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -743,3 +744,69 @@ def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
     assert seen["faithfulness"] == ["purity_family (l1): 0.250\nsilhouette_kind (l1): n/a",
                                     "purity_family (exact QRE): 0.750"]
     assert "lee  0.500 / 0.375" in seen["hover"]
+
+
+# ---------------------------------------------------------------------------------- place: where it writes
+
+
+def test_place_refuses_an_out_folder_that_is_inside_or_holds_a_pipeline_output(tmp_path, monkeypatch, capsys):
+    """Old: `encmap place --out results/map` embedded the model and then wrote its map.html and
+    neighbours.csv over the map stage's own (scores.csv over the regression's, with --out
+    results/regression). Now a folder that is, lies inside or holds a pipeline output is refused
+    before any work, naming the output and its stage, and every file there stays as it was."""
+    import os
+    import shutil
+
+    from encmap.cli import main
+    from encmap.place import place_encoder, place_spec
+
+    REPO = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    run_files = {"results/map/map.html": "the run's page", "results/map/neighbours.csv": "the run's neighbours",
+                 "results/regression/scores.csv": "the run's scores", "results/embeddings/minilm-l6/x.h5": "embeddings",
+                 "results/map/figures/map_model.png": "a figure", "data/sentences/default.txt": "sentences"}
+    for rel, text in run_files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    os.symlink(tmp_path / "results/map", tmp_path / "mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for out, where, rel, stage in [
+            ("results/map", "holds", "results/map/neighbours.csv", "map"),
+            ("./results//map/", "holds", "results/map/neighbours.csv", "map"),  # another spelling of it
+            (str(tmp_path / "results/map"), "holds", "results/map/neighbours.csv", "map"),  # absolute
+            ("mine", "holds", "results/map/neighbours.csv", "map"),  # a symlink to it
+            ("results/map/figures/placed", "lies inside", "results/map/figures", "map"),
+            ("results/regression", "holds", "results/regression/table.csv", "regress"),
+            ("results/embeddings/minilm-l6", "is", "results/embeddings/minilm-l6", "embed"),
+            ("data/sentences", "holds", "data/sentences/default.txt", "curate"),
+            ("results/map/map.html", "is", "results/map/map.html", "map")]:
+        assert main(["place", "path:/nowhere", "--id", "newcomer", "--out", out]) == 2, out
+        err = capsys.readouterr().err
+        assert f"encmap: error: {Path(out)}: {where} the pipeline's output {rel} (stage {stage!r}); " in err, err
+        assert "Nothing was written: name a folder of its own" in err and "Traceback" not in err
+    with pytest.raises(EncmapError, match=r"results/map: holds the pipeline's output results/map/neighbours.csv"):
+        place_encoder("newcomer", place_spec("path:/nowhere"), out_dir="results/map")  # the API, as the command
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert {rel: (tmp_path / rel).read_text() for rel in run_files} == run_files
+    # A folder of its own passes this check (and stops at the run's missing artifacts here).
+    assert main(["place", "path:/nowhere", "--id", "newcomer", "--out", "placed/here"]) == 2
+    assert "results/features/qre.h5: file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, why", [
+    ("²", r"meta.parameters: '²' is not of type 'number'"),  # a digit to isdigit, not to int
+    ("٣", r"meta.parameters: '٣' is not of type 'number'"),
+    ("7" * 5000, r"--meta parameters='7{24}'… \(5,000 characters\): a number of 5,000 digits"),
+])
+def test_place_meta_numbers_are_ascii_digits_of_a_sane_length(tmp_path, monkeypatch, capsys, value, why):
+    """Old: `encmap place --meta parameters=²` (or 5,000 digits) raised Python's raw int() ValueError."""
+    import shutil
+
+    from encmap.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "params.yaml", tmp_path / "params.yaml")
+    assert main(["place", "path:/nowhere", "--meta", f"parameters={value}"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(why, err) and "Traceback" not in err, err
