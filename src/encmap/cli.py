@@ -215,7 +215,7 @@ def _place_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the checkpoint's own Python code to run (off unless given)")
     p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
-    p.add_argument("--out", help="output directory (default: results/place/<id>)")
+    p.add_argument("--out", help="output directory, none of the pipeline's (default: results/place/<id>)")
     p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
 
 
