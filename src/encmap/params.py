@@ -16,7 +16,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -92,7 +92,7 @@ def load_params(path: str | Path) -> dict:
 
 def validate_params(params: Any, where: str = "params") -> None:
     """Validate against the schema, then the rules a schema cannot state (unique encoder ids)."""
-    bad = _first_non_finite(params)
+    bad = _first(params, _non_finite)
     if bad is not None:
         # JSON Schema has no word for NaN / infinity (YAML's .nan, .inf): NaN passes every bound.
         raise EncmapError(f"{where}: key {bad[0]}: {bad[1]!r} is not a finite number")
@@ -111,7 +111,7 @@ def validate_params(params: Any, where: str = "params") -> None:
         raise EncmapError(f"{where}: {problems[0]}")
     if problems:
         raise EncmapError(f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems))
-    huge = _first_huge_int(params)  # only a number key can hold one now (every integer key has a maximum)
+    huge = _first(params, _huge_int)  # only a number key can hold one now (every integer key has a maximum)
     if huge is not None:
         raise EncmapError(f"{where}: key {huge[0]}: {_short_number(huge[1])} is not a finite number (beyond float64)")
     s = params["sentences"]
@@ -209,28 +209,26 @@ def check_counts(params: dict, m: int, where: str = "params") -> None:
                           f"{len(split.test)} test sentences of a stitch")
 
 
-def _first_non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
-    """The dotted path and value of the first NaN or infinite number in params, or None."""
-    if isinstance(node, float) and not math.isfinite(node):
+def _first(node: Any, bad: Callable[[Any], bool], path: str = "") -> tuple[str, Any] | None:
+    """The dotted path and value of the first value in params for which ``bad(value)`` holds, or None."""
+    if bad(node):
         return path or "(top level)", node
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for k, v in items:
-        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+        found = _first(v, bad, f"{path}.{k}" if path else str(k))
         if found:
             return found
     return None
 
 
-def _first_huge_int(node: Any, path: str = "") -> tuple[str, int] | None:
-    """The dotted path and value of the first integer no float64 holds (``float()`` of it overflows), or None."""
-    if isinstance(node, int) and not isinstance(node, bool) and abs(node) > sys.float_info.max:
-        return path or "(top level)", node
-    items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
-    for k, v in items:
-        found = _first_huge_int(v, f"{path}.{k}" if path else str(k))
-        if found:
-            return found
-    return None
+def _non_finite(value: Any) -> bool:
+    """NaN or an infinity (YAML's .nan, .inf)."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _huge_int(value: Any) -> bool:
+    """An integer no float64 holds: ``float()`` of it overflows."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
 
 
 def _short_number(value: Any) -> str:
