@@ -200,3 +200,81 @@ def test_a_spectrum_of_objects_strings_or_a_trace_that_is_no_number_is_an_encmap
         with pytest.raises(encmap.EncmapError, match=why):
             encmap.Spectrum(**(dict(U=U, lam=lam, trace=tr) | kw))
     assert encmap.Spectrum(U, lam, np.float32(tr)).trace == pytest.approx(tr)  # numpy's scalars are numbers
+
+
+# Issue 70 item 8: masked arrays, empty input, a non-finite eigenvalue.
+
+def _masked(seed=3, n=12, d=4):
+    """A masked embedding matrix whose masked entries hold a value that would change every result."""
+    E = _sample(seed, n, d)
+    M = np.ma.masked_array(E.copy(), mask=np.zeros(E.shape, bool))
+    M.data[[2, 7], 1], M.mask[[2, 7], 1] = 1e6, True
+    return M
+
+
+@pytest.mark.parametrize("call, name", [
+    (lambda M, F: encmap.qre_features(M), "embeddings"),
+    (lambda M, F: encmap.qre_to_base(M, direction="reverse"), "embeddings"),
+    (lambda M, F: encmap.factor_pip(M), "embeddings"),
+    (lambda M, F: encmap.pairwise_qre(F, M), "E_b"),
+    (lambda M, F: encmap.pairwise_qre_matrix([F, M]), "encoder 1"),
+    (lambda M, F: encmap.pairwise_qre_matrix(np.ma.stack([M, M])), "encoder 0"),
+    (lambda M, F: encmap.cka(M, F), "X"),
+    (lambda M, F: encmap.cka(F, M, kernel="rbf"), "Y"),
+    (lambda M, F: encmap.linear_cka(F, M, debiased=True), "Y"),
+    (lambda M, F: encmap.qre_features(list(M)), "embeddings"),  # a list of masked rows
+    (lambda M, F: encmap.cka(tuple(M), F), "X"),
+])
+def test_a_masked_array_is_refused_not_read_through_its_mask(call, name):
+    """Old: np.asarray dropped the mask, so the maths used the values under it (here 1e6) silently."""
+    M, F = _masked(), _sample(4, d=6)
+    with pytest.raises(encmap.EncmapError, match=rf"^{name}: a masked array with 2 masked values in 2 rows, first "
+                                                 r"rows \[2, 7\]; .*does not guess"):
+        call(M, F)
+
+
+def test_a_masked_array_with_nothing_masked_is_its_data_and_a_spectrum_refuses_masked_parts():
+    E, F = _sample(3), _sample(4, d=6)
+    plain = np.ma.masked_array(E)
+    np.testing.assert_array_equal(encmap.qre_features(plain), encmap.qre_features(E))
+    assert encmap.cka(plain, F) == encmap.cka(E, F)
+    s = encmap.factor_pip(E)
+    for kw, name in [(dict(U=np.ma.masked_array(s.U, mask=np.eye(*s.U.shape, dtype=bool))), "U"),
+                     (dict(lam=np.ma.masked_array(s.lam, mask=[0, 1, 0, 0])), "lam"),
+                     (dict(V=np.ma.masked_array(s.V, mask=s.V > 0)), "V")]:
+        with pytest.raises(encmap.EncmapError, match=rf"Spectrum: {name}: a masked array"):
+            encmap.Spectrum(**(dict(U=s.U, lam=s.lam, trace=s.trace, V=s.V) | kw))
+    with pytest.raises(encmap.EncmapError, match="eps: a masked array with 1 masked value; .*give a number"):
+        encmap.qre_features(E, eps=np.ma.masked)
+
+
+@pytest.mark.parametrize("call, why", [
+    (lambda U, lam: encmap.Spectrum(np.zeros((0, 3)), lam, 2.0), r"U \(0, 3\) has no rows"),  # old: ZeroDivisionError later
+    (lambda U, lam: encmap.qre_features(encmap.Spectrum(U[:0], lam, 2.0)), r"U \(0, 3\) has no rows"),
+    (lambda U, lam: encmap.Spectrum(np.broadcast_to(0.0, (0, 3)), lam, 2.0), "has no rows"),
+    (lambda U, lam: encmap.Spectrum(U[:2], lam, 2.0), r"U \(2, 3\) has 2 rows .* for 3 eigenvalues"),
+    (lambda U, lam: encmap.Spectrum(U, lam, 2.0, V=np.zeros((0, 3))), r"V \(0, 3\) must be d x r .*d >= r"),
+    (lambda U, lam: encmap.pairwise_qre_matrix([]), "no encoder given"),  # old: an empty (0, 0) matrix
+    (lambda U, lam: encmap.pairwise_qre_matrix(iter(())), "no encoder given"),
+    (lambda U, lam: encmap.pairwise_qre(U[:0], U[:0]), r"E_a: empty embedding matrix of shape \(0, 3\)"),
+    (lambda U, lam: encmap.cka(U[:0], U[:0]), r"X: empty embedding matrix"),
+    (lambda U, lam: encmap.qre_to_base([]), r"expected a 2-D \(n x d\) matrix, got shape \(0,\)"),
+])
+def test_empty_input_is_an_encmap_error_everywhere(call, why):
+    """Old: Spectrum(U) with 0 rows was accepted (an empty U has zero strides, taken for the rank-only
+    stand-in) and qre_features, qre_to_base, pairwise_qre of it raised a raw ZeroDivisionError."""
+    U, _ = np.linalg.qr(_sample(5, 10, 3))
+    with pytest.raises(encmap.EncmapError, match=why):
+        call(U, np.array([0.5, 0.3, 0.2]))
+
+
+@pytest.mark.parametrize("lam, why", [
+    ([np.inf, 0.5, 0.5], r"lam\[0\] = inf is not finite"),  # old: "... got min 0.5"
+    ([0.5, -np.inf, 0.5], r"lam\[1\] = -inf is not finite"),
+    ([0.5, 0.5, np.nan], r"lam\[2\] = nan is not a number"),
+    ([0.7, 0.5, -0.2], r"lam\[2\] = -0.2 is not positive"),
+    ([1.0, 0.0, 0.0], r"lam\[1\] = 0.0 is not positive \(2 such values\)"),
+])
+def test_a_bad_eigenvalue_is_named_with_what_is_wrong(lam, why):
+    with pytest.raises(encmap.EncmapError, match=r"Spectrum: eigenvalues must be positive and finite: " + why):
+        _spec(lam=np.array(lam))

@@ -36,6 +36,9 @@ GIB = 2**30
     ({"CUDA_VISIBLE_DEVICES": "0,1,2,3"}, 2, 2),        # more entries than cards
     ({GPUS_ENV: "3"}, 8, 3),                            # the user keeps five for other work
     ({GPUS_ENV: "2", "CUDA_VISIBLE_DEVICES": "0"}, 0, 2),  # the override wins (tests simulate cards so)
+    ({"CUDA_VISIBLE_DEVICES": "٠,1"}, 8, 0),            # CUDA reads ASCII digits: an Arabic-Indic zero hides all
+    ({GPUS_ENV: "0" * 5000 + "2"}, 8, 2),               # leading zeros, as "00" is 0
+    ({GPUS_ENV: "1000000"}, 8, 1_000_000),              # more than the cards: all of them (the bound itself)
 ])
 def test_gpu_count(env, driver, expected):
     assert gpu_count(env, driver_gpus=lambda: driver) == expected
@@ -47,6 +50,18 @@ def test_gpu_count_refuses_a_bad_override(value):
     Arabic-Indic digits were read as numbers although no shell user means them so."""
     with pytest.raises(EncmapError, match=rf"ENCMAP_GPUS={re.escape(repr(value))}.*number of GPUs"):
         gpu_count({GPUS_ENV: value}, driver_gpus=lambda: 0)
+
+
+@pytest.mark.parametrize("value", ["7" * 5000, "1" + "0" * 4300, "9" * 4300, "1000001"])
+def test_a_count_of_gpus_too_long_to_be_one_is_refused_naming_the_variable(value):
+    """Old: 5,000 digits (or 4,301) raised Python's raw 'Exceeds the limit (4300 digits) for integer
+    string conversion' ValueError, from the Snakefile (the gpu limit) and every rule's resources alike."""
+    from encmap.device import gpus_disabled
+
+    for call in (lambda: gpu_count({GPUS_ENV: value}, driver_gpus=lambda: 8), lambda: gpus_disabled({GPUS_ENV: value})):
+        with pytest.raises(EncmapError, match=rf"^ENCMAP_GPUS={re.escape(repr(value[:24]))}(… \({len(value):,} characters\))?: "
+                                               r"a number of GPUs of [\d,]+ digits, more than the 1,000,000"):
+            call()
 
 
 @pytest.mark.parametrize("zero", ["0", "00", " 0 ", "000"])

@@ -249,8 +249,19 @@ def test_a_model_that_cannot_load_stops_the_run_or_is_skipped(tmp_path, tiny_ber
     assert not (proj / "results/embeddings/truncated").exists()
 
     params["embed"]["on_error"] = params["evaluate"]["on_error"] = "skip"
+    # Values that fit the 6 encoders of params (what `encmap check` counts) but not the 4 left: the
+    # map and the subset stages lower them with a warning. Old: the map stage refused, after all the work.
+    params["map"] |= {"perplexity": 1.5, "neighbours": 4, "trustworthiness_k": 2}
+    params["similarity"]["subset"] |= {"neighbours": 5, "encoders": ["truncated__l02-max"]}
     proj = make_project(tmp_path / "skip", params)
     run("snakemake --cores 2", proj)
+    log = (proj / "logs/map.log").read_text()
+    for key, need, used in (("perplexity = 1.5", 6, "1 instead"), ("neighbours = 4", 5, "3 instead"),
+                            ("trustworthiness_k = 2", 5, "1 instead")):
+        assert f"warning: map.{key} needs {need} encoders on the map, but 4 are left: the run left off 2 " \
+               f"(no-weights__l02-max, truncated__l02-max: failed models or degenerate encoders); using {used}" in log, log
+    assert "warning: similarity.subset.encoders: truncated__l02-max left off" in (proj / "logs/cka_rbf.log").read_text()
+    assert json.loads((proj / "results/map/metrics.json").read_text())["perplexity_used"] == 1.0
     report = json.loads((proj / "results/features/failures.json").read_text())["failures"]
     assert [(f["model"], f["stage"], f["encoders"]) for f in report] == [
         ("no-weights", "embed", ["no-weights__l02-max"]), ("truncated", "embed", ["truncated__l02-max"])]

@@ -179,3 +179,28 @@ def test_gensims_bundled_data_is_found_without_importing_gensim():
             "assert v == gensim.__version__, (v, gensim.__version__)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
+
+
+@pytest.mark.parametrize("value", ["abc", "-1", "nan", "inf", "1e999", "9" * 5000, "86401"])
+def test_a_bad_pause_before_rename_is_refused_naming_the_variable_and_keeps_the_file(tmp_path, monkeypatch, value):
+    """Old: ENCMAP_PAUSE_BEFORE_RENAME (the tests' aid for killing a job mid-write) went through float()
+    and time.sleep(): raw ValueError ('could not convert', 'sleep length must be non-negative') or
+    OverflowError ('timestamp too large') after the work was done."""
+    from encmap.io import PAUSE_ENV
+
+    import encmap.io
+
+    slept = []
+    monkeypatch.setattr(encmap.io.time, "sleep", slept.append)  # a day's pause (old) must not hang the test
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+    monkeypatch.setenv(PAUSE_ENV, value)
+    with pytest.raises(EncmapError, match=rf"^ENCMAP_PAUSE_BEFORE_RENAME='.*: expected seconds from 0 to 86400"):
+        atomic_write_text(target, "new")
+    with pytest.raises(EncmapError, match="ENCMAP_PAUSE_BEFORE_RENAME"):
+        swap_dir(tmp_path / "d", lambda d: (d / "f").write_text("x"))
+    assert target.read_text() == "old" and sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]
+    assert slept == []
+    monkeypatch.setenv(PAUSE_ENV, " 2.5 ")
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new" and slept == [2.5]

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
 from scipy.spatial.distance import cdist
-from support.fake_run import META, fake_run, record
+from support.fake_run import META, fake_run, leave_off, record
 from support.fresh import array_digest, fresh_digests
 
 from encmap.maps.distances import (
@@ -544,6 +545,57 @@ def test_map_step_end_to_end_and_bad_inputs_write_nothing(tmp_path):
     assert not (tmp_path / "bad/results/map").exists()
 
 
+FAILED = {"stage": "embed", "error": "cannot load"}
+
+
+def test_a_map_the_run_left_encoders_off_runs_at_the_values_the_rest_allow(tmp_path, capsys):
+    """Old: `encmap check` held map.perplexity (and neighbours, trustworthiness_k) to every encoder
+    of params; when on_error: skip (or embed.degenerate: drop) left encoders off, the map stage
+    refused after all the work, a traceback in logs/map.log. Now each value too large for the
+    encoders left is lowered to the largest they allow, with a warning naming the key, what it
+    needs and the encoders left off; metrics.json and model.h5 say what the map used."""
+    import h5py
+
+    from encmap.pipeline.map import map_step
+    from encmap.pipeline.pairwise import pairwise_step
+
+    run = fake_run(tmp_path, m=8)
+    leave_off(run, failed={f"gone__{i}": FAILED for i in range(3)},
+              dropped={"m1__9": "rank <= 1"})
+    pw = tmp_path / "results/similarity/qre_pairwise.h5"
+    pairwise_step(run["features"], run["pips"], str(pw), str(tmp_path / "cka.h5"), str(tmp_path / "t.json"),
+                  eps=1e-6, code="c")
+    out = map_outputs(tmp_path)
+    # params fit 12 encoders (8 mapped + 4 left off): perplexity 3 needs 10, neighbours 9 needs 10,
+    # trustworthiness_k 4 needs 9; 8 are left.
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS | {"perplexity": 3, "neighbours": 9,
+                                                                  "trustworthiness_k": 4})
+    err = capsys.readouterr().err
+    left = "the run left off 4 (gone__0, gone__1, gone__2 and 1 more: failed models or degenerate encoders)"
+    assert f"warning: map.perplexity = 3 needs 10 encoders on the map, but 8 are left: {left}; using 2.333" in err
+    assert f"warning: map.neighbours = 9 needs 10 encoders on the map, but 8 are left: {left}; using 7 instead" in err
+    assert f"warning: map.trustworthiness_k = 4 needs 9 encoders on the map, but 8 are left: {left}; using 3" in err
+    metrics = json.loads(Path(out["metrics"]).read_text())
+    assert metrics["perplexity"] == 3 and metrics["perplexity_used"] == pytest.approx(7 / 3, abs=1e-4)
+    assert metrics["trustworthiness_k"] == 3 and metrics["encoders"] == 8
+    rows = Path(out["neighbours"]).read_text().splitlines()[1:]
+    assert len(rows) == 8 * 7  # every other encoder, each
+    with h5py.File(out["model"], "r") as f:
+        assert f.attrs["neighbours"] == 7 and f.attrs["perplexity"] == pytest.approx(7 / 3)  # what `place` reads
+
+    # Values the encoders left allow: unchanged, no warning.
+    map_step(run["features"], str(pw), out, params=MAP_PARAMS)
+    assert "warning: map." not in capsys.readouterr().err
+    # Too few left for any map: refused, naming what was left off (nothing of the map replaced).
+    before = {k: Path(v).read_bytes() for k, v in out.items()}
+    few = fake_run(tmp_path / "few", m=3)
+    leave_off(few, failed={"gone__0": FAILED})
+    with pytest.raises(EncmapError, match=r"qre.h5: a map needs at least 4 encoders and 3 are left: the run left off "
+                                          r"1 \(gone__0: failed models"):
+        map_step(few["features"], str(pw), out, params=MAP_PARAMS)
+    assert before == {k: Path(v).read_bytes() for k, v in out.items()}
+
+
 def test_exact_qre_map_from_the_pairwise_matrix(tmp_path):
     from encmap.pipeline.map import map_step
     from encmap.pipeline.pairwise import pairwise_step
@@ -692,3 +744,69 @@ def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
     assert seen["faithfulness"] == ["purity_family (l1): 0.250\nsilhouette_kind (l1): n/a",
                                     "purity_family (exact QRE): 0.750"]
     assert "lee  0.500 / 0.375" in seen["hover"]
+
+
+# ---------------------------------------------------------------------------------- place: where it writes
+
+
+def test_place_refuses_an_out_folder_that_is_inside_or_holds_a_pipeline_output(tmp_path, monkeypatch, capsys):
+    """Old: `encmap place --out results/map` embedded the model and then wrote its map.html and
+    neighbours.csv over the map stage's own (scores.csv over the regression's, with --out
+    results/regression). Now a folder that is, lies inside or holds a pipeline output is refused
+    before any work, naming the output and its stage, and every file there stays as it was."""
+    import os
+    import shutil
+
+    from encmap.cli import main
+    from encmap.place import place_encoder, place_spec
+
+    REPO = Path(__file__).resolve().parents[1]
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    run_files = {"results/map/map.html": "the run's page", "results/map/neighbours.csv": "the run's neighbours",
+                 "results/regression/scores.csv": "the run's scores", "results/embeddings/minilm-l6/x.h5": "embeddings",
+                 "results/map/figures/map_model.png": "a figure", "data/sentences/default.txt": "sentences"}
+    for rel, text in run_files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    os.symlink(tmp_path / "results/map", tmp_path / "mine")
+    before = sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*"))
+    for out, where, rel, stage in [
+            ("results/map", "holds", "results/map/neighbours.csv", "map"),
+            ("./results//map/", "holds", "results/map/neighbours.csv", "map"),  # another spelling of it
+            (str(tmp_path / "results/map"), "holds", "results/map/neighbours.csv", "map"),  # absolute
+            ("mine", "holds", "results/map/neighbours.csv", "map"),  # a symlink to it
+            ("results/map/figures/placed", "lies inside", "results/map/figures", "map"),
+            ("results/regression", "holds", "results/regression/table.csv", "regress"),
+            ("results/embeddings/minilm-l6", "is", "results/embeddings/minilm-l6", "embed"),
+            ("data/sentences", "holds", "data/sentences/default.txt", "curate"),
+            ("results/map/map.html", "is", "results/map/map.html", "map")]:
+        assert main(["place", "path:/nowhere", "--id", "newcomer", "--out", out]) == 2, out
+        err = capsys.readouterr().err
+        assert f"encmap: error: {Path(out)}: {where} the pipeline's output {rel} (stage {stage!r}); " in err, err
+        assert "Nothing was written: name a folder of its own" in err and "Traceback" not in err
+    with pytest.raises(EncmapError, match=r"results/map: holds the pipeline's output results/map/neighbours.csv"):
+        place_encoder("newcomer", place_spec("path:/nowhere"), out_dir="results/map")  # the API, as the command
+    assert sorted(str(p.relative_to(tmp_path)) for p in tmp_path.rglob("*")) == before
+    assert {rel: (tmp_path / rel).read_text() for rel in run_files} == run_files
+    # A folder of its own passes this check (and stops at the run's missing artifacts here).
+    assert main(["place", "path:/nowhere", "--id", "newcomer", "--out", "placed/here"]) == 2
+    assert "results/features/qre.h5: file not found" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, why", [
+    ("²", r"meta.parameters: '²' is not of type 'number'"),  # a digit to isdigit, not to int
+    ("٣", r"meta.parameters: '٣' is not of type 'number'"),
+    ("7" * 5000, r"--meta parameters='7{24}'… \(5,000 characters\): a number of 5,000 digits"),
+])
+def test_place_meta_numbers_are_ascii_digits_of_a_sane_length(tmp_path, monkeypatch, capsys, value, why):
+    """Old: `encmap place --meta parameters=²` (or 5,000 digits) raised Python's raw int() ValueError."""
+    import shutil
+
+    from encmap.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    shutil.copy(Path(__file__).resolve().parents[1] / "params.yaml", tmp_path / "params.yaml")
+    assert main(["place", "path:/nowhere", "--meta", f"parameters={value}"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(why, err) and "Traceback" not in err, err

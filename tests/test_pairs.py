@@ -440,3 +440,38 @@ def test_prefetch_reads_in_order_at_most_ahead_and_rereads_what_was_taken(monkey
             assert len(started) <= min(k + 1 + 2, 6)
         assert reads.get("p1") == "p1"
     assert started == order + ["p1"]
+
+
+def test_the_subset_of_a_map_the_run_left_encoders_off_drops_them_and_lowers_its_neighbours(tmp_path, capsys):
+    """Old: with on_error: skip, a subset encoder named in params whose model failed, or
+    similarity.subset.neighbours too large for the encoders left, passed `encmap check` and the
+    cka_rbf and stitch stages refused after the work ('... is not on the map'; 'map.neighbours = 9
+    must be in [1, m - 1]', naming the wrong key). Now the named one is compared no more and k is
+    lowered, each with a warning; an encoder params never had is still refused."""
+    from support.fake_run import leave_off
+
+    from encmap.pipeline.cka_rbf import cka_rbf_step
+
+    run = fake_run(tmp_path)
+    leave_off(run, failed={"gone__0": {"stage": "embed", "error": "cannot load"}})
+    r = _outs(tmp_path, "rbf", "timing")
+    subset = {"groups": ["controls"], "encoders": ["gone__0", "m1__1"], "neighbours": 9}
+    cka_rbf_step(run["features"], run["embeddings"], r, subset=subset, rbf=SIM["rbf"], code="c")
+    err = capsys.readouterr().err
+    assert "warning: similarity.subset.encoders: gone__0 left off by the run" in err
+    assert ("warning: similarity.subset.neighbours = 9 needs 10 encoders on the map, but 8 are left: the run left "
+            "off 1 (gone__0: failed models or degenerate encoders); using 7 instead") in err
+    assert json.loads(open(r["timing"]).read())["rbf_pairs"] == 28  # 7 neighbours of 8: every pair
+    from encmap.pipeline.stitch import stitch_step
+
+    s = _outs(tmp_path, "stitches", "csv", "timing")
+    stitch_step(run["features"], run["embeddings"], s, subset=subset, code="c",
+                stitch=SIM["stitch"] | {"methods": ["affine"], "mlp_depths": []})
+    assert "warning: similarity.subset.neighbours = 9 needs 10" in capsys.readouterr().err
+    assert len(json.loads(open(s["stitches"]).read())["rows"]) == 56  # both ways
+    with pytest.raises(EncmapError, match=r"similarity.subset.encoders: encoder 'never__0' is not on the map"):
+        cka_rbf_step(run["features"], run["embeddings"], r, subset=subset | {"encoders": ["never__0"]}, rbf=SIM["rbf"],
+                     code="c")
+    leave_off(run)  # nothing left off: a k too large is refused, naming its own key (old: map.neighbours)
+    with pytest.raises(EncmapError, match=r"similarity.subset.neighbours = 9 must be in \[1, m - 1\] = \[1, 7\]"):
+        cka_rbf_step(run["features"], run["embeddings"], r, subset=subset | {"encoders": []}, rbf=SIM["rbf"], code="c")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
@@ -244,3 +245,89 @@ def test_a_model_id_whose_encoder_ids_grow_too_long_says_so():
     assert model_variants("a" * 118, spec)  # its longest suffixes (__l00-mean, __out-d128) fit
     with pytest.raises(EncmapError, match="at most 118"):
         model_variants("a" * 119, spec)
+
+
+def _integer_keys(node: dict, path: str = "") -> list[tuple[str, dict]]:
+    """Every integer-typed node of the schema, with its dotted path."""
+    found = []
+    t = node.get("type")
+    if t == "integer" or (isinstance(t, list) and "integer" in t):
+        found.append((path, node))
+    for k, v in node.items():
+        for sub in (v if isinstance(v, list) else [v]):
+            if isinstance(sub, dict):
+                found += _integer_keys(sub, f"{path}.{k}" if path else k)
+    return found
+
+
+SEEDS = ["sentences.seed", "map.seed", "similarity.rbf.seed", "similarity.stitch.seed", "evaluate.seed",
+         "regress.seed", "regress.uncertainty.seed", "models.minilm-l6.seed"]
+
+
+@pytest.mark.parametrize("path", SEEDS + ["regress.max_iter", "map.n_iter", "models.minilm-l6.max_seq_length"])
+@pytest.mark.parametrize("value", [2**64, 2**32, 10**400])
+def test_an_integer_no_library_takes_is_refused_by_the_check(path, value):
+    """Old: `map.seed: 2**64` (or 2**32) passed `encmap check` and died in scikit-learn at the map
+    stage ('Seed must be between 0 and 2**32 - 1'); `regress.max_iter: 2**32` in ElasticNet's
+    compiled loop (OverflowError). Every integer key now stops at 2^32 - 1, named."""
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[k]
+    node[last] = value
+    shown = str(value) if value < 10**24 else r"100000000000…0000 \(401 digits\)"
+    with pytest.raises(EncmapError, match=rf"key {path}: {shown} is above 4,294,967,295 \(2\^32 - 1\)"):
+        validate_params(p)
+    node[last] = 2**32 - 1  # the bound itself is valid
+    validate_params(p)
+
+
+def test_every_integer_key_has_the_bound_the_libraries_take_and_the_bound_works():
+    """The schema's every integer stops at 2^32 - 1, the largest seed NumPy's RandomState (so
+    scikit-learn, openTSNE, gensim) takes; the bound itself runs in each of them."""
+    import json
+
+    from gensim.models import Word2Vec
+    from sklearn.model_selection import KFold
+
+    from encmap.maps.tsne import fit_map
+    from encmap.params import MAX_INT
+
+    schema = json.loads((REPO / "src/encmap/params.schema.json").read_text())
+    keys = _integer_keys(schema)
+    assert len(keys) > 60 and all(node.get("maximum", MAX_INT + 1) <= MAX_INT for _, node in keys), \
+        [k for k, node in keys if node.get("maximum", MAX_INT + 1) > MAX_INT]
+    X = np.random.default_rng(0).normal(size=(12, 5))
+    fit_map(X, perplexity=2, n_iter=20, early_exaggeration_iter=10, random_state=MAX_INT)
+    list(KFold(3, shuffle=True, random_state=MAX_INT).split(X))
+    Word2Vec([["a", "b", "c"]] * 3, vector_size=4, min_count=1, seed=MAX_INT, workers=1, epochs=1)
+    with pytest.raises(ValueError, match="2\\*\\*32 - 1"):  # and one past it is what the check now refuses
+        list(KFold(3, shuffle=True, random_state=MAX_INT + 1).split(X))
+
+
+@pytest.mark.parametrize("path", ["similarity.rbf.threshold", "similarity.stitch.ridge_alphas.0", "map.perplexity"])
+def test_a_number_key_given_an_integer_no_float_holds_is_refused(path):
+    """Old: `similarity.rbf.threshold: 1` followed by 400 zeros passed the check (a YAML integer) and
+    float() of it raised a raw OverflowError in the stage."""
+    p = yaml.safe_load((REPO / "params.yaml").read_text())
+    node = p
+    *head, last = path.split(".")
+    for k in head:
+        node = node[int(k)] if isinstance(node, list) else node[k]
+    node[int(last) if isinstance(node, list) else last] = 10**400
+    with pytest.raises(EncmapError, match=rf"key {path}: 100000000000…0000 \(401 digits\) is not a finite number"):
+        validate_params(p)
+
+
+def test_an_integer_of_thousands_of_digits_in_the_file_is_a_yaml_error_at_its_line(tmp_path):
+    """Old: Python's raw 'Exceeds the limit (4300 digits) for integer string conversion' ValueError."""
+    text = (REPO / "params.yaml").read_text()
+    i = text.index("\nmap:")
+    j = text.index("  seed:", i)
+    line = text[:j].count("\n") + 1
+    f = tmp_path / "params.yaml"
+    f.write_text(text[:j] + "  seed: " + "7" * 5000 + text[text.index("\n", j):])
+    with pytest.raises(EncmapError, match=rf"params.yaml: not valid YAML at line {line}, column 9: an integer of "
+                                          "5,000 characters"):
+        load_params(f)

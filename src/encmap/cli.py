@@ -8,7 +8,7 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 from .validation import EncmapError
 
@@ -215,7 +215,7 @@ def _place_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--trust-remote-code", action="store_true",
                    help="allow the checkpoint's own Python code to run (off unless given)")
     p.add_argument("--append", action="store_true", help="add the entry to the params file for the next full run")
-    p.add_argument("--out", help="output directory (default: results/place/<id>)")
+    p.add_argument("--out", help="output directory, none of the pipeline's (default: results/place/<id>)")
     p.add_argument("--device", default="auto", help="cuda | mps | cpu | auto (default)")
 
 
@@ -398,6 +398,23 @@ def _mteb_scores(args: argparse.Namespace) -> int:
     return 0
 
 
+def _meta_value(key: str, value: str) -> Any:
+    """A ``--meta KEY=VALUE`` value: languages a list, ASCII digits a number (``²`` or ``٣`` are digits to
+    ``str.isdigit`` but not to ``int``, and Python reads no integer of over 4,300 digits), else the text."""
+    import re
+
+    from .validation import shown
+
+    if key == "languages":
+        return [x for x in value.split(",") if x]
+    if not re.fullmatch(r"[0-9]+", value):
+        return value
+    if len(value) > 30:
+        raise EncmapError(f"--meta {key}={shown(value)}: a number of {len(value):,} digits; give a count that means "
+                          "something (parameters, width, release_year)")
+    return int(value)
+
+
 def _place(args: argparse.Namespace) -> int:
     import yaml
 
@@ -421,8 +438,7 @@ def _place(args: argparse.Namespace) -> int:
             key, sep, value = kv.partition("=")
             if not sep:
                 raise EncmapError(f"--meta {kv!r}: expected KEY=VALUE")
-            meta[key] = (int(value) if value.isdigit() else value) if key != "languages" else \
-                [x for x in value.split(",") if x]
+            meta[key] = _meta_value(key, value)
         try:
             layers = [int(x) for x in args.layers.split(",") if x.strip()]
         except ValueError:

@@ -36,12 +36,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from .validation import EncmapError
+from .validation import EncmapError, shown
 
 log = logging.getLogger("encmap")
 
 #: Environment variable: how many GPUs encmap's jobs may use (an integer ≥ 0); overrides detection.
 GPUS_ENV = "ENCMAP_GPUS"
+#: The largest count ``ENCMAP_GPUS`` may give: more than any machine has (a count beyond the cards
+#: means "all of them"), small enough that a stray paste is refused, not read as a number.
+MAX_GPUS = 1_000_000
 #: Environment variable: the folder of the per-GPU lock files (default: a per-user folder in the
 #: system's temporary directory, shared by every encmap process of that user on the machine).
 LOCK_DIR_ENV = "ENCMAP_GPU_LOCK_DIR"
@@ -90,14 +93,20 @@ def resolve_device(requested: str = "auto") -> str:
 def gpus_override(environ: dict | None = None) -> int | None:
     """The number ``ENCMAP_GPUS`` gives (None: unset or blank); an error naming the value unless
     it is ASCII digits (``00`` is 0: every reader of the variable reads it here, so a count of 0
-    always means no GPU job; ``²``, ``٠`` or ``１`` are digits to Python's ``isdigit`` only)."""
+    always means no GPU job; ``²``, ``٠`` or ``１`` are digits to Python's ``isdigit`` only) for
+    at most :data:`MAX_GPUS` (checked on the digits: Python refuses to read an integer of more
+    than 4,300 digits at all)."""
     env = os.environ if environ is None else environ
     raw = env.get(GPUS_ENV, "").strip()
     if not raw:
         return None
     if not re.fullmatch(r"[0-9]+", raw):
-        raise EncmapError(f"{GPUS_ENV}={raw!r}: expected a number of GPUs in ASCII digits (0, 1, 2, ...)")
-    return int(raw)
+        raise EncmapError(f"{GPUS_ENV}={shown(raw)}: expected a number of GPUs in ASCII digits (0, 1, 2, ...)")
+    digits = raw.lstrip("0") or "0"
+    if len(digits) > len(str(MAX_GPUS)) or int(digits) > MAX_GPUS:
+        raise EncmapError(f"{GPUS_ENV}={shown(raw)}: a number of GPUs of {len(digits):,} digits, more than the "
+                          f"{MAX_GPUS:,} it may be; give the cards encmap's jobs may use (or unset it: all of them)")
+    return int(digits)
 
 
 def gpus_disabled(environ: dict | None = None) -> bool:
@@ -112,7 +121,7 @@ def _visible_entries(value: str) -> int:
     count = 0
     for entry in value.split(","):
         entry = entry.strip()
-        if not entry or entry.startswith("-") or not re.fullmatch(r"\d+|(GPU|MIG)-[0-9A-Za-z/-]+", entry):
+        if not entry or entry.startswith("-") or not re.fullmatch(r"[0-9]+|(GPU|MIG)-[0-9A-Za-z/-]+", entry):
             break
         count += 1
     return count

@@ -24,11 +24,30 @@ from typing import Any, Iterator
 import h5py
 import numpy as np
 
-from .validation import EncmapError
+from .validation import EncmapError, shown
 
 #: Seconds to wait, complete temporary file in place, before renaming it over the target: lets
 #: a test kill a job mid-write deterministically. Unset in normal use.
 PAUSE_ENV = "ENCMAP_PAUSE_BEFORE_RENAME"
+#: The longest pause :data:`PAUSE_ENV` may ask for, in seconds (a day; ``time.sleep`` overflows
+#: past ~9e9 s).
+MAX_PAUSE_S = 86_400.0
+
+
+def _pause_before_rename() -> None:
+    """The testing aid's pause (:data:`PAUSE_ENV`): seconds in [0, :data:`MAX_PAUSE_S`], else an
+    error naming the variable (not the raw ValueError or OverflowError of ``float``/``time.sleep``)."""
+    raw = os.environ.get(PAUSE_ENV, "").strip()
+    if not raw:
+        return
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = float("nan")
+    if not 0.0 <= seconds <= MAX_PAUSE_S:  # NaN and inf fail too
+        raise EncmapError(f"{PAUSE_ENV}={shown(raw)}: expected seconds from 0 to {MAX_PAUSE_S:.0f} (a testing aid "
+                          "that holds each finished file before its rename; unset it)")
+    time.sleep(seconds)
 
 
 #: When the current job started (ns since the epoch), if it is a job that may outlive its
@@ -109,8 +128,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
     try:
         yield Path(tmp)
         os.chmod(tmp, 0o644)
-        if os.environ.get(PAUSE_ENV):  # testing aid: hold the finished temporary file in place
-            time.sleep(float(os.environ[PAUSE_ENV]))
+        _pause_before_rename()  # testing aid: hold the finished temporary file in place
         _refuse_newer(target)
         os.replace(tmp, target)
     except BaseException:
@@ -244,8 +262,7 @@ def swap_dir(out: str | Path, write) -> None:
     try:
         write(tmp)
         tmp.chmod(0o755)  # mkdtemp makes 0700
-        if os.environ.get(PAUSE_ENV):  # testing aid: hold the finished temporary directory in place
-            time.sleep(float(os.environ[PAUSE_ENV]))
+        _pause_before_rename()  # testing aid: hold the finished temporary directory in place
         _refuse_newer(out)
         if out.exists():  # two renames, not a delete then a rename: the old one is never gone early
             old = Path(tempfile.mkdtemp(dir=out.parent, prefix=f".{out.name}.old.", suffix=".tmp"))

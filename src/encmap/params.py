@@ -16,7 +16,7 @@ import re
 import sys
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -44,6 +44,19 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode, deep: bo
 
 
 UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _construct_int(loader: yaml.SafeLoader, node: yaml.ScalarNode) -> int:
+    """An integer, or a YAML error at its line: Python reads no integer of more than 4,300 digits
+    (its raw ValueError named neither the file nor the line)."""
+    try:
+        return yaml.SafeLoader.construct_yaml_int(loader, node)
+    except ValueError:
+        raise yaml.constructor.ConstructorError(None, None, f"an integer of {len(node.value):,} characters, more than "
+                                                "any key takes", node.start_mark) from None
+
+
+UniqueKeyLoader.add_constructor("tag:yaml.org,2002:int", _construct_int)
 
 
 def parse_yaml(text: str, where: str) -> Any:
@@ -79,7 +92,7 @@ def load_params(path: str | Path) -> dict:
 
 def validate_params(params: Any, where: str = "params") -> None:
     """Validate against the schema, then the rules a schema cannot state (unique encoder ids)."""
-    bad = _first_non_finite(params)
+    bad = _first(params, _non_finite)
     if bad is not None:
         # JSON Schema has no word for NaN / infinity (YAML's .nan, .inf): NaN passes every bound.
         raise EncmapError(f"{where}: key {bad[0]}: {bad[1]!r} is not a finite number")
@@ -98,6 +111,9 @@ def validate_params(params: Any, where: str = "params") -> None:
         raise EncmapError(f"{where}: {problems[0]}")
     if problems:
         raise EncmapError(f"{where}: {len(problems)} problems:\n  " + "\n  ".join(problems))
+    huge = _first(params, _huge_int)  # only a number key can hold one now (every integer key has a maximum)
+    if huge is not None:
+        raise EncmapError(f"{where}: key {huge[0]}: {_short_number(huge[1])} is not a finite number (beyond float64)")
     s = params["sentences"]
     if s["min_words"] > s["max_words"]:
         raise EncmapError(f"{where}: key sentences.min_words ({s['min_words']}) > max_words ({s['max_words']})")
@@ -193,16 +209,32 @@ def check_counts(params: dict, m: int, where: str = "params") -> None:
                           f"{len(split.test)} test sentences of a stitch")
 
 
-def _first_non_finite(node: Any, path: str = "") -> tuple[str, float] | None:
-    """The dotted path and value of the first NaN or infinite number in params, or None."""
-    if isinstance(node, float) and not math.isfinite(node):
+def _first(node: Any, bad: Callable[[Any], bool], path: str = "") -> tuple[str, Any] | None:
+    """The dotted path and value of the first value in params for which ``bad(value)`` holds, or None."""
+    if bad(node):
         return path or "(top level)", node
     items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
     for k, v in items:
-        found = _first_non_finite(v, f"{path}.{k}" if path else str(k))
+        found = _first(v, bad, f"{path}.{k}" if path else str(k))
         if found:
             return found
     return None
+
+
+def _non_finite(value: Any) -> bool:
+    """NaN or an infinity (YAML's .nan, .inf)."""
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def _huge_int(value: Any) -> bool:
+    """An integer no float64 holds: ``float()`` of it overflows."""
+    return isinstance(value, int) and not isinstance(value, bool) and abs(value) > sys.float_info.max
+
+
+def _short_number(value: Any) -> str:
+    """A number for a message: a long one cut, with its length said."""
+    text = str(value)
+    return text if len(text) <= 24 else f"{text[:12]}…{text[-4:]} ({len(text):,} digits)"
 
 
 def takes_key(spec: dict, key: str) -> bool:
@@ -213,6 +245,13 @@ def takes_key(spec: dict, key: str) -> bool:
     return not any(branch["then"].get("properties", {}).get(key) is False
                    for branch in schema()["$defs"]["model"]["allOf"]
                    if jsonschema.Draft202012Validator(branch["if"]).is_valid(spec))
+
+
+#: The largest integer params.yaml may hold (the schema's ``maximum`` of every integer key):
+#: NumPy's RandomState, and so scikit-learn and openTSNE, take no larger seed, and scikit-learn's
+#: compiled loops no larger count (ElasticNet's ``max_iter``); a larger one passed the check and
+#: died in the library, minutes into a run.
+MAX_INT = 2**32 - 1
 
 
 def _message(error, params: Any) -> str:
@@ -235,6 +274,10 @@ def _message(error, params: Any) -> str:
         spec = params["models"][path[1]]
         problem = base_url_problem(error.instance, spec.get("api_key_env", "?")) or "names no host"
         return f"key models.{path[1]}.base_url: {problem}"
+    if error.validator == "maximum" and error.validator_value == MAX_INT:
+        return (f"key {'.'.join(str(x) for x in path)}: {_short_number(error.instance)} is above {MAX_INT:,} (2^32 - 1), the largest "
+                "integer the libraries it reaches accept (NumPy's RandomState, so scikit-learn's and openTSNE's seeds; "
+                "scikit-learn's compiled loops)")
     return f"key {'.'.join(str(x) for x in path) or '(top level)'}: {error.message}"
 
 
@@ -341,7 +384,9 @@ def parameters_markdown() -> str:
              "Every key of `params.yaml` (Snakemake's config and DVC's params file), generated from the schema",
              "`src/encmap/params.schema.json` by `encmap params-doc > docs/parameters.md`. Every value that",
              "changes a result is written in `params.yaml` explicitly (`encmap check` refuses a file that",
-             "leaves one out); the default run's values are in the repository's `params.yaml`.", ""]
+             "leaves one out); the default run's values are in the repository's `params.yaml`. Every integer is",
+             f"at most {MAX_INT:,} (2^32 − 1): NumPy's RandomState, and so scikit-learn and openTSNE, take no",
+             "larger seed, and scikit-learn's compiled loops no larger count.", ""]
 
     def table(rows: list[tuple[str, str, str]]) -> None:
         lines.extend(["| key | type | what |", "| --- | --- | --- |"])

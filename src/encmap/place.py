@@ -19,6 +19,7 @@ from .artifacts.features import SPECTRAL, read_feature_matrix
 from .io import atomic_write_text, csv_table, read_h5
 from .params import load_params, validate_params
 from .validation import EncmapError, check_id
+from .workflow.deps import check_outside_outputs
 from .workflow.layout import FEATURE_MATRIX, LAYOUT, MAP_MODEL, PLACED, REGRESSORS, SENTENCES
 
 UNKNOWN_META = {"family": "unknown", "architecture": "unknown", "parameters": None, "languages": [],
@@ -100,6 +101,8 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     if model in params["models"]:
         raise EncmapError(f"model id {model!r} is already in {params_path}; choose another with --id")
     validate_params(params | {"models": params["models"] | {model: spec}}, f"model entry {model!r}")
+    out = Path(out_dir) if out_dir else root / PLACED.format(model=model)
+    check_outside_outputs(out, root, params)  # before any work: the pipeline's files stay as they are
     fm = read_feature_matrix(root / FEATURE_MATRIX)
     model_h5 = root / MAP_MODEL
     ref, mattrs = read_h5(model_h5, ["coords", "space", "pca_mean", "pca_components", "representative",
@@ -158,7 +161,6 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     twin_ids = [fm["ids"][j] if j >= 0 else None for j in same_as]
     nbrs = {e: [(fm["ids"][j], float(L[i, j])) for j in order[i]] for i, e in enumerate(ids)}
 
-    out = Path(out_dir) if out_dir else root / PLACED.format(model=model)
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records, twin_ids))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))

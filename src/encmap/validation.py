@@ -6,6 +6,7 @@ which file, which key, which encoder. Maths modules call these before doing any 
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,12 @@ class EncmapError(ValueError):
     def __init__(self, message: str = "", *, refused: tuple | list = ()):
         super().__init__(message)
         self.refused = tuple(str(f) for f in refused)
+
+
+def shown(value: str, limit: int = 24) -> str:
+    """``value`` as a message quotes it: its repr, cut to ``limit`` characters and its length said
+    when longer (a 5,000-digit environment variable is not repeated whole)."""
+    return repr(value) if len(value) <= limit else f"{value[:limit]!r}… ({len(value):,} characters)"
 
 
 def check_id(value: str, what: str = "id") -> str:
@@ -81,6 +88,29 @@ def check_score_spread(Y: np.ndarray, ids: list[str], tasks: list[str], source: 
                               "give scores on a sane scale")
 
 
+def unmasked(value: Any, name: str, hint: str = "fill or drop those entries") -> Any:
+    """``value`` as plain data: a NumPy masked array (or a list of masked rows) with no entry masked
+    is its data; one with masked entries is :class:`EncmapError` naming ``name`` and where they are.
+
+    ``np.asarray`` drops a mask and keeps the values under it, so the maths would use numbers the
+    user marked as missing. Which value a missing one stands for is the user's call (the rows are
+    sentences: dropping one means dropping it from every encoder compared), so none is guessed."""
+    if isinstance(value, (list, tuple)) and any(isinstance(x, np.ma.MaskedArray) for x in value):
+        value = np.ma.asarray(value)  # a list of masked rows: np.asarray would drop their masks too
+    if not isinstance(value, np.ma.MaskedArray):
+        return value
+    mask = np.ma.getmaskarray(value)
+    if mask.any():
+        at = np.argwhere(mask)
+        rows = np.unique(at[:, 0]) if mask.ndim else np.zeros(0, int)
+        where = (f" in {rows.size} rows, first rows {rows[:5].tolist()}" if mask.ndim == 2 else
+                 f" at {at[:5, 0].tolist()}" if mask.ndim == 1 else "")
+        k = int(mask.sum())
+        raise EncmapError(f"{name}: a masked array with {k} masked value{'s' if k > 1 else ''}{where}; encmap uses "
+                          f"every value and does not guess what a masked one stands for: {hint}, and pass a plain array")
+    return value.data
+
+
 def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) -> np.ndarray:
     """Validate an embedding matrix and return it as C-contiguous float64.
 
@@ -100,7 +130,10 @@ def check_embeddings(E: Any, name: str = "embeddings", as_float64: bool = True) 
     if type(E).__name__ == "Spectrum" and hasattr(E, "U"):  # a factored PIP where embeddings are expected
         raise EncmapError(f"{name}: a Spectrum (factored PIP) where embeddings (an n x d array) are expected here")
     try:
-        A = np.asarray(E)
+        A = np.asarray(unmasked(E, name, "drop those rows from every encoder compared (rows are sentences) or fill "
+                                "them"))
+    except EncmapError:
+        raise
     except (ValueError, TypeError) as e:  # a ragged list of rows
         raise EncmapError(f"{name}: not a 2-D (n x d) matrix of numbers: {e}") from None
     if A.ndim != 2:
@@ -163,7 +196,10 @@ def check_real_array(value: Any, name: str) -> np.ndarray:
     anything else (objects, strings, booleans, complex, a ragged list) is :class:`EncmapError`
     naming ``name`` and what it holds. Strings of digits are not numbers here, as nowhere else."""
     try:
+        value = unmasked(value, name)
         A = np.asarray(value)
+    except EncmapError:
+        raise
     except (TypeError, ValueError) as e:  # a ragged list
         raise EncmapError(f"{name} must be an array of numbers ({e})") from None
     if A.dtype.kind not in "iuf":
@@ -251,7 +287,9 @@ def check_eps(eps: float, direction: str = "forward") -> float:
     if direction not in ("forward", "reverse"):
         raise EncmapError(f"direction must be 'forward' or 'reverse', got {direction!r}")
     try:
-        eps = float(eps)
+        eps = float(unmasked(eps, "eps", "give a number"))
+    except EncmapError:
+        raise
     except (TypeError, ValueError):
         raise EncmapError(f"eps must be a number in [0, 1), got {eps!r}") from None
     if not (0.0 <= eps < 1.0):
@@ -312,6 +350,39 @@ def check_perplexity(perplexity: float, m: int, what: str = "map.perplexity") ->
             f"3 x perplexity nearest neighbours of each point, so perplexity must be <= (m - 1)/3 = "
             f"{max_perplexity(m):.2f} (rule of thumb: 5-10 for ~50 encoders, 30-50 for ~1,000)")
     return float(perplexity)
+
+
+#: The params the number of encoders on the map bounds: key -> (the largest value m encoders
+#: allow, the fewest encoders a value needs). ``encmap check`` holds each to every encoder params yield.
+MAP_COUNTS = {
+    "map.perplexity": (max_perplexity, lambda p: math.ceil(3 * p + 1)),
+    "map.neighbours": (lambda m: m - 1, lambda k: k + 1),
+    "map.trustworthiness_k": (lambda m: (m - 1) // 2, lambda k: 2 * k + 1),  # scikit-learn: k < m/2
+    "similarity.subset.neighbours": (lambda m: m - 1, lambda k: k + 1),
+}
+
+
+def fit_to_mapped(key: str, value: float, m: int, left_off: list[str]) -> tuple[float, str | None]:
+    """``value`` of ``key`` (:data:`MAP_COUNTS`) for a map of ``m`` encoders, and a warning when it was lowered.
+
+    ``encmap check`` held the value to every encoder params yield; the run can map fewer (failed
+    models under ``on_error: skip``, degenerate encoders: ``left_off``), which nobody can know
+    before the work. Then a value too large for the m left is lowered to the largest they allow,
+    and the warning says so: a run of a thousand encoders is not lost at its last stages for a
+    handful of failed checkpoints. With nothing left off the value is returned as it is (its own
+    check refuses it, as before).
+    """
+    allowed, needs = MAP_COUNTS[key]
+    if not left_off or value <= allowed(m):
+        return value, None
+    new = allowed(m)  # an int for the integer keys, a float for the perplexity
+    return new, (f"{key} = {value} needs {needs(value)} encoders on the map, but {m} are left: the run left off "
+                 f"{len(left_off)} ({few(left_off)}: failed models or degenerate encoders); using {new:.4g} instead")
+
+
+def few(names: list[str], k: int = 3) -> str:
+    """The first ``k`` of ``names`` for a message, and how many more there are."""
+    return ", ".join(names[:k]) + (f" and {len(names) - k} more" if len(names) > k else "")
 
 
 def lineage_cycle(parent: dict[str, str]) -> list[str] | None:

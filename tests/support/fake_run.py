@@ -45,3 +45,12 @@ def fake_run(root: Path, m: int = 8, n: int = 30, sha: str = "a" * 64) -> dict:
              {"sentences_sha256": sha, "direction": "forward", "eps": 1e-6, "n": n, "m": m})
     return {"features": str(root / "results/features/qre.h5"), "pips": pips,
             "embeddings": sorted(str(p) for p in (root / "results/embeddings").iterdir())}
+
+
+def leave_off(run: dict, failed: dict | None = None, dropped: dict | None = None) -> None:
+    """Mark encoders that gather left off the fake run's matrix: ``failed`` (encoder -> failure record,
+    as a model failed under on_error: skip leaves) and ``dropped`` (encoder -> why it is degenerate)."""
+    from encmap.io import read_h5, write_h5
+
+    data, attrs = read_h5(run["features"])
+    write_h5(run["features"], data, attrs | {"failed": failed or {}, "dropped": dropped or {}})

@@ -48,6 +48,16 @@ def read_feature_matrix(path: str | Path, require_records: bool = True) -> dict[
             "attrs": attrs, "spectral": summaries}
 
 
+def left_off(attrs: dict[str, Any]) -> list[str]:
+    """The encoders ``gather`` left off the matrix whose attributes are ``attrs``: those of models
+    that failed (``on_error: skip``, attribute ``failed``), then the degenerate ones (``dropped``)."""
+    out = []
+    for key in ("failed", "dropped"):
+        value = attrs.get(key) or "{}"
+        out += sorted(json.loads(value) if isinstance(value, str) else value)
+    return out
+
+
 def encoder_record(attrs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any]:
     """What the map shows about an encoder: the attributes its artifacts carry, and its model's meta.
 

@@ -64,7 +64,7 @@ def symmetrised_qre(Q: np.ndarray, rtol: float = 1e-10) -> np.ndarray:
     return np.maximum(S, 0.0)
 
 
-def nearest_neighbours(D: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+def nearest_neighbours(D: np.ndarray, k: int, key: str = "map.neighbours") -> tuple[np.ndarray, np.ndarray]:
     """The k nearest other points of every row of a square distance matrix.
 
     Ties are broken by index (stable sort), so the result is deterministic.
@@ -73,6 +73,8 @@ def nearest_neighbours(D: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     ----------
     D : ndarray, shape (m, m)
     k : int, 1 <= k < m
+    key : str
+        The param ``k`` comes from (for the message).
 
     Returns
     -------
@@ -82,7 +84,7 @@ def nearest_neighbours(D: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     D = np.array(D, dtype=np.float64)
     m = D.shape[0]
     if not 1 <= k < m:
-        raise EncmapError(f"map.neighbours = {k} must be in [1, m - 1] = [1, {m - 1}]")
+        raise EncmapError(f"{key} = {k} must be in [1, m - 1] = [1, {m - 1}]")
     np.fill_diagonal(D, np.inf)
     idx = np.argsort(D, axis=1, kind="stable")[:, :k]
     return idx, np.take_along_axis(D, idx, axis=1)

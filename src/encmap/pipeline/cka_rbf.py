@@ -7,6 +7,7 @@ reused from the previous output (:mod:`encmap.artifacts.paircache`).
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import Any
 
@@ -15,12 +16,12 @@ from threadpoolctl import threadpool_limits
 
 from .. import __version__
 from ..artifacts.embeddings import read_embeddings
-from ..artifacts.features import read_feature_matrix
+from ..artifacts.features import left_off, read_feature_matrix
 from ..artifacts.paircache import code_key, content_checksum, previous_matrices, reuse_index, reuse_pairs
 from ..io import atomic_write_json, write_h5
 from ..sampling import sample_rows
 from ..similarity.cka import gram_cka_matrix, rbf_gram
-from ..similarity.subset import subset_pairs
+from ..similarity.subset import subset_on_map, subset_pairs
 
 
 def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subset: dict[str, Any],
@@ -35,6 +36,8 @@ def cka_rbf_step(features: str, emb_dirs: list[str], out: dict[str, str], *, sub
     which stored pairs are reused.
     """
     fm = read_feature_matrix(features)
+    subset, notes = subset_on_map(subset, fm["ids"], left_off(fm["attrs"]))
+    print("".join(f"warning: {note}\n" for note in notes), end="", file=sys.stderr)
     ids, pairs = subset_pairs(fm["records"], fm["F"], subset)
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)

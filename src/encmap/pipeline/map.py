@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..artifacts.features import read_feature_matrix
+from ..artifacts.features import left_off, read_feature_matrix
 from ..downstream.score_tables import held_out_scores
 from ..io import atomic_write_json, atomic_write_text, read_h5, rounded, write_h5
 from ..maps.distances import feature_distances, groups_of, identical_groups, nearest_neighbours, symmetrised_qre
@@ -20,7 +20,18 @@ from ..maps.fields import check_fields, coords_csv, field_values, neighbours_csv
 from ..maps.figures import draw_map
 from ..maps.page import page_data, render_page
 from ..maps.tsne import fit_map
-from ..validation import EncmapError, check_perplexity
+from ..validation import EncmapError, check_perplexity, few, fit_to_mapped
+
+
+def _fit_to_mapped(params: dict[str, Any], m: int, off: list[str]) -> dict[str, Any]:
+    """``params`` with the values the m mapped encoders bound lowered where the run left encoders off
+    (:func:`~encmap.validation.fit_to_mapped`), each change a warning in the job's log."""
+    params = dict(params)
+    for key in ("perplexity", "neighbours", "trustworthiness_k"):
+        params[key], note = fit_to_mapped(f"map.{key}", params[key], m, off)
+        if note:
+            print(f"warning: {note}", file=sys.stderr)
+    return params
 
 
 def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[str, Any],
@@ -38,6 +49,12 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
     fm = read_feature_matrix(features)
     F, ids, records = fm["F"], fm["ids"], fm["records"]
     m = len(ids)
+    off = left_off(fm["attrs"])
+    if m < 4 and off:
+        raise EncmapError(f"{features}: a map needs at least 4 encoders and {m} are left: the run left off {len(off)} "
+                          f"({few(off)}: failed models or degenerate encoders, listed in "
+                          "results/features/failures.json and the gather log)")
+    given, params = params, _fit_to_mapped(params, m, off)
     check_perplexity(params["perplexity"], m)
     pw, pattrs = read_h5(pairwise, ["qre", "encoder_ids"])
     if list(map(str, pw["encoder_ids"])) != ids or pattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"] \
@@ -73,7 +90,7 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
 
     col = {f: [t[f] for t in table] for f in ("model", "family", "pooling", "kind", "layer")}
     pretrained = np.array([k == "pretrained" for k in col["kind"]])
-    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": params["perplexity"],
+    metrics: dict[str, Any] = {"encoders": m, "metric": metric, "perplexity": given["perplexity"],
                                "perplexity_used": tmap.perplexity, "distinct_encoders": int(tmap.distinct.size),
                                # encoders drawn on an identical one (coords.csv's same_as names it)
                                "identical_encoders": m - int(tmap.distinct.size),

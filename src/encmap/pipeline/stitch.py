@@ -18,14 +18,14 @@ import numpy as np
 from threadpoolctl import threadpool_limits
 
 from ..artifacts.embeddings import read_embeddings
-from ..artifacts.features import read_feature_matrix
+from ..artifacts.features import left_off, read_feature_matrix
 from ..artifacts.paircache import code_key
 from ..artifacts.stitches import stitch_label
 from ..device import job_device
 from ..io import atomic_write_json, atomic_write_text, csv_table
 from ..sampling import sample_rows
 from ..similarity.stitch import COLUMNWISE, fit_predict, judged, split_rows
-from ..similarity.subset import select_group, subset_pairs
+from ..similarity.subset import select_group, subset_on_map, subset_pairs
 from ..validation import EncmapError
 
 
@@ -41,6 +41,8 @@ def stitch_step(features: str, emb_dirs: list[str], out: dict[str, str], *, subs
     which stored pairs are reused.
     """
     fm = read_feature_matrix(features)
+    subset, notes = subset_on_map(subset, fm["ids"], left_off(fm["attrs"]))
+    print("".join(f"warning: {note}\n" for note in notes), end="", file=sys.stderr)
     ids, pairs = subset_pairs(fm["records"], fm["F"], subset)
     n = int(fm["F"].shape[1])
     X, fps = read_embeddings(emb_dirs, ids, {r["id"]: r for r in fm["records"]}, fm["attrs"]["sentences_sha256"], n)

@@ -115,6 +115,9 @@ def pairwise_qre_matrix(
     """
     eps = check_eps(eps)
     specs = [as_spectrum(E, tol=tol, name=f"encoder {i}") for i, E in enumerate(encoders)]
+    if not specs:
+        raise EncmapError("pairwise QRE matrix: no encoder given (a sequence of m >= 1 embedding matrices or "
+                          "Spectrum objects)")
     if len({s.n for s in specs}) > 1:
         raise EncmapError(f"pairwise QRE needs the same sentences: n = {sorted({s.n for s in specs})}")
     prep = [PreparedSpectrum(s, eps) for s in specs]

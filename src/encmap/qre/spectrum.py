@@ -54,9 +54,9 @@ class Spectrum:
     def __post_init__(self) -> None:
         """Validate a hand-built factored PIP (within :data:`SUM_TOL` and :data:`ORTHO_TOL`).
 
-        Shapes agree; λ finite, > 0, summing to 1; tr M finite and > 0; U finite with
-        orthonormal columns (tested on one fixed random direction, O(n r): UᵀU x = x); V, when
-        given, (d, r). Anything else raises :class:`EncmapError` naming the problem.
+        Shapes agree, with n >= r >= 1; λ finite, > 0, summing to 1; tr M finite and > 0; U finite
+        with orthonormal columns (tested on one fixed random direction, O(n r): UᵀU x = x); V, when
+        given, (d, r) with d >= r. Anything else raises :class:`EncmapError` naming the problem.
         """
         for name in ("U", "lam", "V"):  # lists and other array-likes become the float64 arrays the maths uses
             if getattr(self, name) is not None:
@@ -68,8 +68,17 @@ class Spectrum:
                               "lam r values)")
         if lam.size == 0:
             raise EncmapError("Spectrum: no eigenvalue (rank 0)")
-        if not np.all(np.isfinite(lam)) or np.any(lam <= 0):
-            raise EncmapError(f"Spectrum: eigenvalues must be positive and finite, got min {np.min(lam)!r}")
+        if U.shape[0] == 0:  # checked here: an empty U has zero strides, as the stand-in below does
+            raise EncmapError(f"Spectrum: U {U.shape} has no rows: a PIP needs at least one sentence")
+        if U.shape[0] < lam.shape[0]:
+            raise EncmapError(f"Spectrum: U {U.shape} has {U.shape[0]} rows (sentences) for {lam.shape[0]} "
+                              "eigenvalues: r orthonormal columns need at least r rows")
+        bad = np.flatnonzero(~(np.isfinite(lam) & (lam > 0)))
+        if bad.size:
+            k, v = int(bad[0]), float(lam[bad[0]])
+            why = "not a number" if np.isnan(v) else "not finite" if np.isinf(v) else "not positive"
+            raise EncmapError(f"Spectrum: eigenvalues must be positive and finite: lam[{k}] = {v!r} is {why}"
+                              + (f" ({bad.size} such values)" if bad.size > 1 else ""))
         if abs(float(lam.sum()) - 1.0) > SUM_TOL:
             raise EncmapError(f"Spectrum: eigenvalues of a density matrix sum to 1, these sum to {float(lam.sum())!r}")
         if not self.trace > 0:
@@ -82,8 +91,10 @@ class Spectrum:
             if not err <= ORTHO_TOL:
                 raise EncmapError(f"Spectrum: the columns of U are not orthonormal (||U^T U x - x|| / ||x|| = "
                                   f"{err:.2e} > {ORTHO_TOL:g})")
-        if self.V is not None and (np.ndim(self.V) != 2 or np.shape(self.V)[1] != lam.shape[0]):
-            raise EncmapError(f"Spectrum: V {np.shape(self.V)} must be d x r with r = {lam.shape[0]}")
+        if self.V is not None and (np.ndim(self.V) != 2 or np.shape(self.V)[1] != lam.shape[0]
+                                   or np.shape(self.V)[0] < lam.shape[0]):
+            raise EncmapError(f"Spectrum: V {np.shape(self.V)} must be d x r with r = {lam.shape[0]} orthonormal "
+                              "columns (so d >= r)")
 
     @property
     def n(self) -> int:

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from ..maps.distances import feature_distances, nearest_neighbours
-from ..validation import EncmapError
+from ..validation import EncmapError, few, fit_to_mapped
 
 #: Named groups of encoders (params ``similarity.subset.groups``).
 GROUPS = ("outputs", "middle", "classical", "controls", "all")
@@ -106,6 +106,24 @@ def select_pairs(records: Sequence[dict[str, Any]], groups: Sequence[str], encod
     return ids, sorted(pairs, key=lambda p: (order[p[0]], order[p[1]]))
 
 
+def subset_on_map(subset: dict[str, Any], ids: Sequence[str], off: list[str]) -> tuple[dict[str, Any], list[str]]:
+    """``similarity.subset`` for the m encoders ``ids`` on a map from which the run left ``off`` some
+    (failed models under ``on_error: skip``, degenerate encoders), and warnings saying what changed.
+
+    ``encmap check`` held the subset to every encoder params yield: a named encoder the run left
+    off is compared no more, and ``neighbours`` is lowered to what m encoders allow
+    (:func:`~encmap.validation.fit_to_mapped`). An encoder params never had is still refused.
+    """
+    subset, notes = dict(subset), []
+    gone = [e for e in subset["encoders"] if e in set(off)]
+    if gone:
+        subset["encoders"] = [e for e in subset["encoders"] if e not in gone]
+        notes.append(f"similarity.subset.encoders: {few(gone)} left off by the run (a failed model or a degenerate "
+                     "encoder); compared without")
+    subset["neighbours"], note = fit_to_mapped("similarity.subset.neighbours", subset["neighbours"], len(ids), off)
+    return subset, notes + ([note] if note else [])
+
+
 def subset_pairs(records: Sequence[dict[str, Any]], F: np.ndarray,
                  subset: dict[str, Any]) -> tuple[list[str], list[tuple[str, str]]]:
     """The encoders and ordered pairs that params ``similarity.subset`` selects on a map.
@@ -124,5 +142,6 @@ def subset_pairs(records: Sequence[dict[str, Any]], F: np.ndarray,
     """
     nn = None
     if subset["neighbours"] > 0:
-        nn, _ = nearest_neighbours(feature_distances(F, "manhattan"), subset["neighbours"])
+        nn, _ = nearest_neighbours(feature_distances(F, "manhattan"), subset["neighbours"],
+                                   key="similarity.subset.neighbours")
     return select_pairs(records, subset["groups"], subset["encoders"], nn)

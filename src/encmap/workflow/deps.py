@@ -436,6 +436,39 @@ def write_digests(root: str | Path, dry_run: bool = False) -> list[str]:
     return [Path(rel).stem for rel in _replace_changed(Path(root), want, dry_run)]
 
 
+def pipeline_outputs(config: dict) -> dict[str, str]:
+    """Every path the pipeline writes under ``config`` (relative to the workflow root) -> the stage
+    that writes it: each stage's outputs and what DVC tracks of them (per-model ones for every
+    model; per-encoder files by their model's folder), the code digests and the params slices."""
+    out = {digest_path(s): CODE_STAGE for s in STAGES} | {SLICES: PARAMS_STAGE}
+    models = sorted(config["models"])
+    for st in STAGES.values():
+        for path in [t.path for t in st.tracks] + [p for p in st.outputs(config).values() if "{encoder}" not in p]:
+            path = path.replace("{set}", str(config["sentences"]["set"]))
+            for m in models if "{model}" in path else [None]:
+                out.setdefault(path.replace("{model}", m) if m else path, st.name)
+    return out
+
+
+def check_outside_outputs(folder: str | Path, root: str | Path, config: dict) -> None:
+    """Refuse, naming the output and its stage, a folder to write into that is a pipeline output
+    (:func:`pipeline_outputs`), lies inside one, or holds one directly: files written there would
+    replace the pipeline's (``results/map/map.html``) or sit among them, where DVC and the next run
+    take them for its own. Symlinks are followed. Nothing is written before the refusal."""
+    from ..validation import EncmapError
+
+    target, root = Path(folder).resolve(), Path(root).resolve()
+    for rel, stage in pipeline_outputs(config).items():
+        p = root / rel
+        where = ("is" if target == p else "lies inside" if p in target.parents else
+                 "holds" if target == p.parent else None)
+        if where:
+            raise EncmapError(f"{folder}: {where} the pipeline's output {rel} (stage {stage!r}); files written there "
+                              "would replace its files or sit among them. Nothing was written: name a folder of its own")
+    if target.exists() and not target.is_dir():
+        raise EncmapError(f"{folder}: a file, not a folder; nothing was written. Name a folder")
+
+
 def per_model(stage: str) -> bool:
     """Whether ``stage``'s params slice is per model (its params name ``{model}``)."""
     return any("{model}" in k for k in STAGE_PARAMS.get(stage, ()))
