@@ -278,8 +278,9 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
     proj = copy(made, tmp_path)
     monkeypatch.chdir(proj)  # as the command runs: DVC names stages from the working directory
     with sqlite3.connect(proj / LEDGER) as con:  # the copies are new inodes: the ledger as the run left it here
-        con.executemany("UPDATE files SET ino = ? WHERE path = ?",
-                        [((proj / path).stat().st_ino, path) for path, in con.execute("SELECT path FROM files")])
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / path).stat()).st_ino, st.st_ctime_ns, path)
+                         for path, in con.execute("SELECT path FROM files")])
         sessions = {s for s, in con.execute("SELECT DISTINCT session FROM files WHERE md5 IS NOT NULL")}
     assert len(sessions) == 1  # one run, one process took every receipt
     hashed: list[str] = []
@@ -372,13 +373,29 @@ def test_an_output_counts_as_made_only_on_its_jobs_word(made, tmp_path):
     assert set(left) == {"map"} and left["map"] == "results/map/coords.csv: changed since its job wrote it", left
     assert "results/map/coords.csv" not in lock_md5s(proj) and stale(proj) == {"map"}
 
+    # An edit in place, its time set back (`cp -p` onto the file): same inode, size and time; only the
+    # change time, which no one can set, tells (DVC's own key would not).
+    proj = fresh("in-place")
+    with sqlite3.connect(proj / LEDGER) as con:  # the ledger as this very project has it (not a copy's)
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / p).stat()).st_ino, st.st_ctime_ns, p)
+                         for p, in con.execute("SELECT path FROM files")])
+    nb = proj / "results/map/neighbours.csv"
+    other = bytearray(nb.read_bytes())
+    other[-2] = ord("7") if other[-2] != ord("7") else ord("3")
+    (tmp_path / "other.csv").write_bytes(bytes(other))
+    run(f"touch -r {nb} {tmp_path / 'other.csv'} && cp -p {tmp_path / 'other.csv'} {nb}", proj)
+    left = still_stale(run("encmap record", proj).stdout)
+    assert left.get("map") == "results/map/neighbours.csv: changed since its job wrote it", left
+
     # A ledger row whose md5 is wrong for its file, its size, time and inode right.
     proj = fresh("forged")
     for d in (".dvc/tmp", ".dvc/cache"):
         shutil.rmtree(proj / d, ignore_errors=True)
     with sqlite3.connect(proj / LEDGER) as con:  # the copy's inodes, as a ledger of this very project has them
-        con.executemany("UPDATE files SET ino = ? WHERE path = ?",
-                        [((proj / p).stat().st_ino, p) for p, in con.execute("SELECT path FROM files")])
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / p).stat()).st_ino, st.st_ctime_ns, p)
+                         for p, in con.execute("SELECT path FROM files")])
         con.execute("UPDATE files SET md5 = ? WHERE path = 'results/map/coords.csv'", ("0" * 32,))
     run("encmap record", proj)
     true = hashlib.md5((proj / "results/map/coords.csv").read_bytes()).hexdigest()

@@ -27,7 +27,7 @@ from typing import Iterable
 
 from .deps import DIGESTS, SLICES
 from .jobs import REFUSED_LOG, UNDER_DVC
-from .made import LEDGER, connect, mark_damaged, remember  # noqa: F401 (LEDGER: the ledger these tables are in)
+from .made import KEY, LEDGER, connect, file_key, mark_damaged, remember  # noqa: F401 (LEDGER: the ledger these tables are in)
 from ..io import file_sha256
 from ..validation import EncmapError
 
@@ -91,10 +91,9 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
     with closing(connect(root)) as con, con:
         if not dry_run:
             _take_refused(root, con)
-        known = {p: (size, mtime, ino, sha)
-                 for p, size, mtime, ino, sha in con.execute("SELECT path, size, mtime_ns, ino, sha256 FROM files")}
+        known = {p: (key, sha) for p, *key, sha in con.execute(f"SELECT path, {KEY}, sha256 FROM files")}
         marked = {p: (sha, why) for p, sha, why in con.execute("SELECT path, sha256, why FROM damaged")}
-        for rel, (size, mtime, ino, sha) in known.items():
+        for rel, (key, sha) in known.items():
             st = found.get(rel)
             owner = _owner(rel, dir_outputs)
             if st is None:
@@ -105,7 +104,7 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
                     con.execute("DELETE FROM files WHERE path = ?", (rel,))
                     con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 continue
-            if (st.st_size, st.st_mtime_ns, st.st_ino) == (size, mtime, ino) and rel not in marked:
+            if file_key(st) == tuple(key) and rel not in marked:
                 continue
             now = file_sha256(root / rel)
             bad, why = marked.get(rel, (None, None))
@@ -115,9 +114,7 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
                 continue
             if now == sha:  # same bytes, new time: a checkout, a copy, `snakemake --touch`
                 if not dry_run:
-                    con.execute("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
-                                (st.st_size, st.st_mtime_ns, st.st_ino, rel))
-                    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
+                    _rekey(con, rel, st)
                 continue
             why = f"changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…)"
             messages.append(f"{rel}: {why}; its job reruns ({owner})")
@@ -142,24 +139,27 @@ def record(root: str | Path = ".") -> None:
     with closing(connect(root)) as con, con:
         _take_refused(root, con)
         marked = dict(con.execute("SELECT path, sha256 FROM damaged"))
-        known = {p: (size, mtime, ino, sha)
-                 for p, size, mtime, ino, sha in con.execute("SELECT path, size, mtime_ns, ino, sha256 FROM files")}
+        known = {p: (tuple(key), sha) for p, *key, sha in con.execute(f"SELECT path, {KEY}, sha256 FROM files")}
         con.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in known if p not in found])
         for rel, st in found.items():
             was = known.get(rel)
             if was is None:
                 remember(con, root, rel, st)
-            elif was[:3] != (st.st_size, st.st_mtime_ns, st.st_ino) or rel in marked:
+            elif was[0] != file_key(st) or rel in marked:
                 now = file_sha256(root / rel)
                 if marked.get(rel) == now:  # still what was marked (refused, or no job's word for it)
                     continue
-                if now == was[3]:  # the same bytes: a new time or copy
-                    con.execute("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
-                                (st.st_size, st.st_mtime_ns, st.st_ino, rel))
-                    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
+                if now == was[1]:  # the same bytes: a new time or copy
+                    _rekey(con, rel, st)
                 else:
                     mark_damaged(con, rel, now, "changed with no job's word for it (a `--touch` run or a copy put "
                                                 "over it), not taken as good")
+
+
+def _rekey(con: sqlite3.Connection, rel: str, st: os.stat_result) -> None:
+    """File ``rel`` holds the bytes the ledger knows under a new key (a checkout, a copy, a touch)."""
+    con.execute(f"UPDATE files SET ({KEY}) = (?, ?, ?, ?) WHERE path = ?", (*file_key(st), rel))
+    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
 
 
 def _take_refused(root: Path, con: sqlite3.Connection) -> None:

@@ -1,10 +1,10 @@
 """The ledger: what each Snakemake job made and from what, and the digest of every artifact.
 
 One SQLite file, ``.snakemake/encmap/ledger.sqlite`` (local, like Snakemake's own metadata), that
-every reader uses: a plain run's integrity check (:mod:`.integrity`: tables ``files``, the device's
-inode, size, time and sha256 of every artifact, and ``damaged``), ``encmap record`` and ``encmap
-repro`` (``made``). A file is hashed once: its sha256 is the ledger's while its inode, size and time
-are (:func:`digest`, DVC's own key), and so is the md5 of the same read, which DVC need not take
+every reader uses: a plain run's integrity check (:mod:`.integrity`: tables ``files``, the inode,
+size, time, change time and sha256 of every artifact, and ``damaged``), ``encmap record`` and ``encmap
+repro`` (``made``). A file is hashed once: its sha256 is the ledger's while its inode, size, time and
+change time are (:func:`digest`: DVC's own key and the time no one can set), and so is the md5 of the same read, which DVC need not take
 again in the process that took it (:func:`.repro.prime_dvc`; ``session``).
 
 ``made`` has a row per output a job wrote, on that job's own word only: the receipt its process left
@@ -48,11 +48,12 @@ LEDGER = ".snakemake/encmap/ledger.sqlite"
 WAIT_S = 60
 #: Each table's columns; a ledger of before lacks the ones :data:`_ADDED` adds.
 _TABLES = {
-    "files": "path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT, md5 TEXT, ino INTEGER, session TEXT",
+    "files": "path TEXT PRIMARY KEY, size INTEGER, mtime_ns INTEGER, sha256 TEXT, md5 TEXT, ino INTEGER, session TEXT, "
+             "ctime_ns INTEGER",
     "damaged": "path TEXT PRIMARY KEY, sha256 TEXT, why TEXT",
     "made": "path TEXT PRIMARY KEY, digest TEXT, stage TEXT, code TEXT, params TEXT, inputs TEXT",
 }
-_ADDED = {"files": ("md5 TEXT", "ino INTEGER", "session TEXT"), "damaged": ("why TEXT",)}
+_ADDED = {"files": ("md5 TEXT", "ino INTEGER", "session TEXT", "ctime_ns INTEGER"), "damaged": ("why TEXT",)}
 #: The process that hashes a file (or takes its job's receipt) tags its row with its session: only
 #: that process hands the md5 to DVC (a row at rest, forged or stale, never is). ``encmap repro`` gives
 #: its Snakemake call its own (:data:`SESSION_ENV`).
@@ -61,6 +62,16 @@ SESSION = os.environ.get(SESSION_ENV) or secrets.token_hex(16)
 #: The basis of each workflow recorded for (by id); jobs submitted, not finished; rows this process
 #: wrote; a ledger problem already named in this process (a run goes on without the ledger).
 _BASES, _STARTED, _ROWS, _BROKEN = {}, {}, [0], {}
+
+
+def file_key(st: os.stat_result) -> tuple[int, int, int, int]:
+    """The ledger's key of a file's version, as its columns (size, mtime_ns, ino, ctime_ns): DVC's
+    (inode, size, time) and the change time, which no one can set."""
+    return st.st_size, st.st_mtime_ns, st.st_ino, st.st_ctime_ns
+
+
+#: The ledger's columns that :func:`file_key` fills, in its order.
+KEY = "size, mtime_ns, ino, ctime_ns"
 
 
 def _sha(text: str | None) -> str | None:
@@ -140,9 +151,9 @@ def digest(con: sqlite3.Connection, root: Path, path: str, keep: bool = False) -
         st = p.stat()
     except OSError:
         return None
-    row = con.execute("SELECT size, mtime_ns, ino, sha256 FROM files WHERE path = ?", (path,)).fetchone()
-    if row is not None and row[:3] == (st.st_size, st.st_mtime_ns, st.st_ino):
-        return row[3]
+    row = con.execute(f"SELECT {KEY}, sha256 FROM files WHERE path = ?", (path,)).fetchone()
+    if row is not None and row[:4] == file_key(st):
+        return row[4]
     return remember(con, root, path, st) if keep else file_sha256(p)
 
 
@@ -150,13 +161,13 @@ def remember(con: sqlite3.Connection, root: Path, path: str, st: os.stat_result 
     """Hash file ``path`` (relative to ``root``; ``st``: its stat before the read) into the ledger; its sha256."""
     st = st or (root / path).stat()
     sha, md5 = file_sha256_md5(root / path)
-    _keep(con, path, st.st_size, st.st_mtime_ns, st.st_ino, sha, md5)
+    _keep(con, path, file_key(st), sha, md5)
     return sha
 
 
-def _keep(con: sqlite3.Connection, path: str, size: int, mtime_ns: int, ino: int, sha: str, md5: str) -> None:
-    con.execute("INSERT OR REPLACE INTO files (path, size, mtime_ns, sha256, md5, ino, session) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?)", (path, size, mtime_ns, sha, md5, ino, SESSION))
+def _keep(con: sqlite3.Connection, path: str, key: tuple, sha: str, md5: str) -> None:
+    con.execute(f"INSERT OR REPLACE INTO files (path, {KEY}, sha256, md5, session) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (path, *key, sha, md5, SESSION))
 
 
 def mark_damaged(con: sqlite3.Connection, path: str, sha: str, why: str | None = None) -> None:
@@ -282,9 +293,9 @@ def _take_receipts(basis: Basis, started: list) -> None:
                     if receipt is None:
                         _not_made(con, root, stage, out, why)
                         continue
-                    for rel, (_dev, ino, size, mtime, sha, md5) in receipt["files"].items():
+                    for rel, (_dev, ino, size, mtime, ctime, sha, md5) in receipt["files"].items():
                         path = os.path.normpath(os.path.join(out, rel))
-                        _keep(con, path, size, mtime, ino, sha, md5)
+                        _keep(con, path, (size, mtime, ino, ctime), sha, md5)
                         con.execute("DELETE FROM damaged WHERE path = ?", (path,))  # its job's word stands
                     con.execute("INSERT OR REPLACE INTO made (path, digest, stage, code, params, inputs) "
                                 "VALUES (?, ?, ?, ?, ?, ?)", (out, receipts.digest_of(receipt), stage,

@@ -7,7 +7,7 @@ own process, as its last step (``scripts/_job.py``: :func:`write`), hashes what 
 one receipt per output under :data:`RECEIPTS`: the output's files with their device, inode, size,
 time, sha256 and md5, and the code files that changed since the job's process loaded its code.
 The process that scheduled the job takes the receipt (:func:`take`) only if every file still has
-that device, inode, size and time (DVC's own key for its hashes, and stricter; Snakemake's own touch
+that device, inode, size, time and change time (DVC's own key, and stricter; Snakemake's own touch
 of the outputs a job wrote moves the receipt's time with it: :func:`follow`) and removes it;
 whoever reads receipts removes the old ones of an output before its job is submitted (:func:`clear`),
 so a receipt found after the job is that job's. No receipt, no ``made``.
@@ -46,8 +46,9 @@ def _rel(out: Path, f: Path) -> str:
 
 
 def stat_key(st: os.stat_result) -> list[int]:
-    """What identifies a file's version without reading it: device, inode, size, modification time."""
-    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+    """What identifies a file's version without reading it: device, inode, size, modification time,
+    and the change time, which no one can set (an edit in place with its time set back changes it)."""
+    return [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
 
 
 def code_stats(root: Path) -> dict[str, tuple[int, int]]:
@@ -121,7 +122,7 @@ def take(root: Path, out: str, remove: bool = True) -> tuple[dict | None, str | 
         return None, "its files are not those its job wrote"
     for rel, g in now.items():
         try:
-            if stat_key(g.stat()) != files[rel][:4]:
+            if stat_key(g.stat()) != files[rel][:5]:
                 return None, f"{g.relative_to(root)} was replaced or changed since its job wrote it"
         except OSError:
             return None, f"{g.relative_to(root)} vanished"
@@ -136,9 +137,9 @@ def follow(root: Path, out: str, before: list[int]) -> None:
     try:
         receipt = json.loads(f.read_text(encoding="utf-8"))
         entry = receipt["files"][""]
-        if entry[:4] != before:
+        if entry[:5] != before:
             return
-        entry[:4] = stat_key((root / out).stat())
+        entry[:5] = stat_key((root / out).stat())
     except (OSError, ValueError, KeyError, TypeError):
         return
     atomic_write_text(f, json.dumps(receipt))
@@ -148,11 +149,11 @@ def digest_of(receipt: dict) -> str:
     """The output's content digest as :func:`encmap.workflow.made.digest` takes it from the files."""
     files = receipt["files"]
     if not receipt["dir"]:
-        return files[""][4]
+        return files[""][5]
     h = hashlib.sha256()
     for rel in sorted(files):
         h.update(rel.encode() + b"\0")
-        h.update(files[rel][4].encode())
+        h.update(files[rel][5].encode())
     return "dir:" + h.hexdigest()
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .jobs import UNDER_DVC
 from . import receipts
-from .made import SESSION, SESSION_ENV, Basis, connect, digest, forget, made_rows, still_made
+from .made import KEY, SESSION, SESSION_ENV, Basis, connect, digest, file_key, forget, made_rows, still_made
 from .stages import StageJob, stage_job
 from ..validation import EncmapError
 
@@ -255,12 +255,11 @@ def prime_dvc(repo, con: sqlite3.Connection) -> None:
     from dvc_data.hashfile.hash_info import HashInfo
 
     known, infos = {}, {}
-    rows = con.execute("SELECT path, size, mtime_ns, ino, md5 FROM files WHERE md5 IS NOT NULL AND session = ?",
-                       (SESSION,))
+    rows = con.execute(f"SELECT path, {KEY}, md5 FROM files WHERE md5 IS NOT NULL AND session = ?", (SESSION,))
     for rel, *then, md5 in rows:
         with contextlib.suppress(OSError):
             st = os.stat(path := os.path.join(repo.root_dir, rel))
-            if [st.st_size, st.st_mtime_ns, st.st_ino] == then:
+            if file_key(st) == tuple(then):
                 known[path] = md5
                 infos[path] = repo.fs.info(path)
     for path, _meta, hash_info in repo.state.get_many(list(known), repo.fs, infos):

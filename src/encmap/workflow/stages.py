@@ -142,9 +142,9 @@ def source_inputs(name: str, config: dict, root: str | Path = ".") -> dict[str, 
     lines, seen = [], {}
     for f in files:
         st = f.stat()
-        key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns]
+        key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
         was = cache.get(str(f))
-        sha = was[4] if isinstance(was, list) and was[:4] == key else file_sha256(f)
+        sha = was[5] if isinstance(was, list) and was[:5] == key else file_sha256(f)
         seen[str(f)] = [*key, sha]
         lines.append(f"{sha}  {f}\n")
     text = "".join(lines)
