@@ -409,7 +409,8 @@ def test_an_output_counts_as_made_only_on_its_jobs_word(made, tmp_path):
     fake = tmp_path / "silent"
     profile = silent_slurm(fake, proj)
     r = run(f"PATH={fake}:$PATH SNAKEMAKE_PROFILE={profile} dvc repro map", proj, check=False)
-    assert r.returncode != 0 and "not written by a job of this call" in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]
+    said = r.stdout + r.stderr
+    assert r.returncode != 0 and "not written by a job of this call" in said, said[-3000:]
     maps = lambda md5s: {k: v for k, v in md5s.items() if k.startswith("results/map")}  # noqa: E731
     assert maps(lock_md5s(proj)) == maps(before) and stale(proj) == {"map"}
 
@@ -463,7 +464,8 @@ def test_a_scheduler_or_a_code_edit_mid_run_makes_nothing(made, tmp_path):
     assert job.wait() == 0, err[-3000:]
     left = still_stale(run("encmap record", proj).stdout)
     features = {k: v for k, v in left.items() if k.startswith("features@")}
-    assert len(features) == 10 and all(v.endswith("made by other code than the stage's now") for v in features.values()), left
+    assert len(features) == 10, left
+    assert all(v.endswith("made by other code than the stage's now") for v in features.values()), left
 
 
 @pytest.mark.slow(minutes=1)

@@ -27,7 +27,8 @@ from typing import Iterable
 
 from .deps import DIGESTS, SLICES
 from .jobs import REFUSED_LOG, UNDER_DVC
-from .made import KEY, LEDGER, connect, file_key, mark_damaged, remember  # noqa: F401 (LEDGER: the ledger these tables are in)
+from .made import (KEY, LEDGER, connect, file_key, ledger_unusable, mark_damaged,  # noqa: F401 (LEDGER: theirs)
+                   remember, without_ledger)
 from ..io import file_sha256
 from ..validation import EncmapError
 
@@ -212,7 +213,7 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
     try:
         messages, rerun = verify(Path(workflow.basedir), dir_outputs, dry_run=dry)
     except EncmapError as e:
-        print(f"encmap: {e}; this run goes on without checking the artifacts for damage", file=sys.stderr)
+        without_ledger(Path(workflow.basedir), e)
         return
     for message in messages:
         print(f"encmap: {message}" + (" (touch run: not taken as good; a run reruns it)" if touch else
@@ -230,8 +231,9 @@ def _said_at_the_end(workflow) -> None:
 
     def execute_then_say(*args, **kwargs):
         ran = execute(*args, **kwargs)
-        if id(workflow) not in _ENDED and not (workflow.dryrun or workflow.touch):
-            record_run(Path(workflow.basedir))
+        root = Path(workflow.basedir)
+        if id(workflow) not in _ENDED and not (workflow.dryrun or workflow.touch or ledger_unusable(root)):
+            record_run(root)
         return ran
 
     workflow.execute = execute_then_say
@@ -262,9 +264,11 @@ def record_for_snakemake(workflow, argv: list[str] | None = None) -> None:
 
     argv = sys.argv if argv is None else argv
     _ENDED.add(id(workflow))
-    if active(workflow) and not _flag(argv, ("--dry-run", "--dryrun"), "n"):
+    root = Path(workflow.basedir)
+    if active(workflow) and not _flag(argv, ("--dry-run", "--dryrun"), "n") and not ledger_unusable(root):
         try:
-            record(Path(workflow.basedir))
+            record(root)
         except EncmapError as e:
-            print(f"encmap: {e}; this run's artifacts are not recorded", file=sys.stderr)
-        record_run(Path(workflow.basedir))
+            without_ledger(root, e)
+            return
+        record_run(root)

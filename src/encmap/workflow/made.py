@@ -4,8 +4,9 @@ One SQLite file, ``.snakemake/encmap/ledger.sqlite`` (local, like Snakemake's ow
 every reader uses: a plain run's integrity check (:mod:`.integrity`: tables ``files``, the inode,
 size, time, change time and sha256 of every artifact, and ``damaged``), ``encmap record`` and ``encmap
 repro`` (``made``). A file is hashed once: its sha256 is the ledger's while its inode, size, time and
-change time are (:func:`digest`: DVC's own key and the time no one can set), and so is the md5 of the same read, which DVC need not take
-again in the process that took it (:func:`.repro.prime_dvc`; ``session``).
+change time are (:func:`digest`: DVC's own key and the time no one can set), and so is the md5 of
+the same read, which DVC need not take again in the process that took it (:func:`.repro.prime_dvc`;
+``session``).
 
 ``made`` has a row per output a job wrote, on that job's own word only: the receipt its process left
 as its last step (:mod:`.receipts`), taken as Snakemake declares the job finished and only while each
@@ -219,12 +220,19 @@ class Basis:
         return _sha(self._slices.get(slice_path(stage, model) if per_model(stage) else slice_path(stage)))
 
 
-def _named_once(db: Path, error: EncmapError) -> None:
-    """A run goes on without a ledger it cannot use: the problem said once, recording stopped."""
-    if str(db) not in _BROKEN:
-        _BROKEN[str(db)] = error
-        print(f"encmap: {error}; this run goes on without it: what it makes is not recorded as made "
-              "(`encmap record` names it stale)", file=sys.stderr)
+def without_ledger(root: Path, error: EncmapError) -> None:
+    """A run goes on without a ledger it cannot use: the problem said once, and nothing in this
+    process waits for it again (a locked ledger costs one wait, not one per hook)."""
+    db = str(root / LEDGER)
+    if db not in _BROKEN:
+        _BROKEN[db] = error
+        print(f"encmap: {error}; this run goes on without it: no damage check, and what it makes is not "
+              "recorded as made (`encmap record` names it stale)", file=sys.stderr)
+
+
+def ledger_unusable(root: Path) -> bool:
+    """Whether this process found the ledger at ``root`` unusable (:func:`without_ledger`)."""
+    return str(root / LEDGER) in _BROKEN
 
 
 def record_made(workflow) -> None:
@@ -242,7 +250,7 @@ def record_made(workflow) -> None:
 
     def recording(wf) -> Basis | None:
         basis = None if wf.dryrun or wf.touch else _BASES.get(id(wf))
-        return None if basis is None or str(basis.root / LEDGER) in _BROKEN else basis
+        return None if basis is None or ledger_unusable(basis.root) else basis
 
     def members(job) -> list:
         return list(job) if job.is_group() else [job]
@@ -264,7 +272,7 @@ def record_made(workflow) -> None:
                         _STARTED[j] = (stage, basis.code(stage), basis.params(stage, model),
                                        json.dumps({f: digest(con, root, f) for f in read}, sort_keys=True), outs)
             except EncmapError as e:
-                _named_once(basis.root / LEDGER, e)
+                without_ledger(basis.root, e)
         return submit(self, jobs, *args, **kwargs)
 
     async def recording_finish(self, job, *args, **kwargs):
@@ -274,7 +282,7 @@ def record_made(workflow) -> None:
             try:
                 _take_receipts(basis, started)
             except EncmapError as e:
-                _named_once(basis.root / LEDGER, e)
+                without_ledger(basis.root, e)
         return await finish(self, job, *args, **kwargs)
 
     recording_finish._encmap_made = recording_submit._encmap_made = True
