@@ -10,9 +10,10 @@ from encmap.validation import check_writable
 from encmap.workflow.config import check_snakemake_config
 from encmap.workflow.deps import code_key
 from encmap.workflow.integrity import for_snakemake, record_for_snakemake
-from encmap.workflow.jobs import keep_update_outputs_of_failed_jobs, one_reevaluation_timer, replace_stale_backups
+from encmap.workflow.jobs import (code_loaded, keep_update_outputs_of_failed_jobs, one_reevaluation_timer,
+                                  receipts_follow_touch, replace_stale_backups)
 from encmap.workflow.made import record_made
-from encmap.workflow.stages import STAGES, all_targets
+from encmap.workflow.stages import STAGES, all_targets, source_inputs
 
 # Snakemake 9 starts one more perpetual 1 s re-evaluation timer per finished job (the scheduler
 # then burns a core on large maps and slows the running jobs): keep one (encmap.workflow.jobs).
@@ -21,6 +22,10 @@ one_reevaluation_timer()
 replace_stale_backups()
 # A failed job under SLURM has no backup in this process: its previous outputs are kept, not deleted.
 keep_update_outputs_of_failed_jobs()
+# The code as this process loaded it: an in-process job's receipt names what changed since; and
+# Snakemake's touch of a job's outputs keeps their receipts (encmap.workflow.receipts).
+code_loaded(workflow.basedir)
+receipts_follow_touch()
 # Each finished job's outputs and what they were made from (code, params, inputs): `encmap record`
 # then records a plain run's results in dvc.lock (encmap.workflow.made).
 record_made(workflow)
@@ -43,8 +48,9 @@ SCRIPTS = Path(workflow.basedir) / "scripts"
 
 
 def stage_input(name):
-    """The rule's inputs, as the stage registry names them."""
-    return STAGES[name].inputs(config)
+    """The rule's inputs, as the stage registry names them, and the files params name for it (its
+    sources: an edited corpus remakes the sentences and all that follows, as DVC decides)."""
+    return STAGES[name].inputs(config) | source_inputs(name, config)
 
 
 def stage_output(name):

@@ -1,5 +1,7 @@
 # The probe sentences: n sentences curated from the configured sources, seeded.
 rule curate:
+    input:
+        **stage_input("curate"),
     output:
         **stage_output("curate"),
     params:

@@ -1,4 +1,4 @@
-from _job import start_job
+from _job import finish_job, start_job
 
 from encmap.pipeline.map import map_step
 
@@ -6,3 +6,4 @@ start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 map_step(s.input.features, s.input.pairwise, dict(s.output.items()), params=s.params.map,
          predictions=s.input.predictions, predictor=s.params.predictor)
+finish_job(snakemake)  # noqa: F821

@@ -1,4 +1,4 @@
-from _job import start_job
+from _job import finish_job, start_job
 
 from encmap.pipeline.pairwise import pairwise_step
 
@@ -6,3 +6,4 @@ start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 pairwise_step(s.input.features, list(s.input.pips), s.output.qre, s.output.cka, s.output.timing, eps=s.params.eps,
               device=s.params.device, block_columns=s.params.block_columns, threads=s.threads, code=s.params.code)
+finish_job(snakemake)  # noqa: F821

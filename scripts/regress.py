@@ -1,4 +1,4 @@
-from _job import start_job
+from _job import finish_job, start_job
 
 from encmap.pipeline.regress import regress_step
 
@@ -6,3 +6,4 @@ start_job(snakemake)  # noqa: F821 (snakemake is injected)
 s = snakemake  # noqa: F821
 regress_step(s.input.features, list(s.input.evals), dict(s.output.items()), regress=s.params.regress,
              jobs=s.threads)
+finish_job(snakemake)  # noqa: F821

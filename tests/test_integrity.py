@@ -65,7 +65,8 @@ def ledger(proj: Path) -> list:
     import sqlite3
 
     with sqlite3.connect(proj / ".snakemake/encmap/ledger.sqlite") as con:
-        return [sorted(con.execute(f"SELECT * FROM {t}")) for t in ("files", "damaged")]
+        return [sorted(con.execute(f"SELECT {cols} FROM {t}"))
+                for t, cols in (("files", "*"), ("damaged", "path, sha256"))]
 
 
 def test_another_encoders_file_is_made_again_even_when_the_target_does_not_need_it(built, tmp_path):

@@ -206,6 +206,15 @@ def test_the_files_curate_and_tasks_read_are_inputs_of_what_they_made(made, tmp_
     left = still_stale(run("encmap record", proj).stdout)
     assert left["curate"].endswith(f"its input {mine} changed since"), left
     assert stale(proj) >= {"curate", "tasks"}
+    # Issue 70 item 2. Old: the README's plain run said "Nothing to be done" over the old sentences.
+    r = run("snakemake --cores 2 -n", proj)
+    assert "Nothing to be done" not in r.stdout and "rule curate:" in r.stdout and "rule tasks:" in r.stdout, r.stdout
+    assert ".snakemake/encmap/sources/curate.sha256" in r.stdout  # the reason: the sources' digest changed
+    run("snakemake --cores 2 --touch", proj)  # taken as made without a job: DVC still calls them stale
+    r = run("snakemake --cores 2", proj)
+    assert "Nothing to be done" in r.stdout + r.stderr, r.stdout + r.stderr
+    said = still_stale(r.stdout + r.stderr)  # even so, its last lines say which stages and why
+    assert said["curate"].endswith(f"its input {mine} changed since") and "tasks" in said, r.stdout + r.stderr
 
 
 @pytest.mark.slow(minutes=2)
@@ -251,27 +260,29 @@ def test_a_damaged_ledger_is_set_aside_and_the_code_is_taken_as_the_job_starts(m
 def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(made, tmp_path, monkeypatch):
     """Issue 63 item 3 (the default run's recording within 5 s). Old: recording had DVC read and
     md5 every artifact again (1.1 GB on the default run, 1.8 s), and ask git, reading its whole
-    index, once per output. Now the md5 the ledger took in the job's own read of each output is
-    DVC's: DVC hashes only what the recording itself writes (the code digests and params slices),
-    and the lock holds what DVC writes hashing every file itself (`dvc commit -f`). Another file put
-    in an output's place (a new inode, the size and time the ledger hashed) is read by DVC, as DVC's
-    own state would have it. A ledger of before the md5 is read, its files left to DVC; an output
-    git tracks is still refused by DVC."""
-    import hashlib
-    import os
+    index, once per output. Now the md5 each job took of what it wrote (its receipt) is DVC's, in the
+    process that took the receipts (a plain run's end): DVC hashes only what the recording itself
+    writes (the code digests and params slices), and the lock holds what DVC writes hashing every file
+    itself (`dvc commit -f`). Issue 70: rows at rest, of another process (``encmap record`` run later,
+    a ledger of before the md5), are never handed to DVC: DVC reads those files itself. An output git
+    tracks is still refused by DVC."""
     import sqlite3
 
     import dvc_data.hashfile.hash as dvc_hash
 
     from encmap.validation import EncmapError
+    from encmap.workflow import repro
     from encmap.workflow.made import LEDGER
     from encmap.workflow.repro import record
 
     proj = copy(made, tmp_path)
     monkeypatch.chdir(proj)  # as the command runs: DVC names stages from the working directory
     with sqlite3.connect(proj / LEDGER) as con:  # the copies are new inodes: the ledger as the run left it here
-        con.executemany("UPDATE files SET ino = ? WHERE path = ?",
-                        [((proj / path).stat().st_ino, path) for path, in con.execute("SELECT path FROM files")])
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / path).stat()).st_ino, st.st_ctime_ns, path)
+                         for path, in con.execute("SELECT path FROM files")])
+        sessions = {s for s, in con.execute("SELECT DISTINCT session FROM files WHERE md5 IS NOT NULL")}
+    assert len(sessions) == 1  # one run, one process took every receipt
     hashed: list[str] = []
     real = dvc_hash._hash_file
     monkeypatch.setattr(dvc_hash, "_hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
@@ -294,30 +305,212 @@ def test_dvc_hashes_nothing_a_job_wrote_and_records_what_it_would_record_itself(
         return {str(p) for p in inside if p.parts[0] in ("data", "results") and not p.name.startswith(".")
                 and not str(p).startswith(book)}
 
+    monkeypatch.setattr(repro, "SESSION", sessions.pop())  # as in the run's own process, at its end
     mine = record_afresh()
     assert hashed and not artifacts(hashed), sorted(artifacts(hashed))[:5]
-    # Another file in its place, of the same size, its time set back to the one the ledger hashed:
-    # DVC keys its own hashes by inode too, and so is the ledger's md5 handed to it: DVC reads it.
-    coords = proj / "results/map/coords.csv"
-    data = bytearray(coords.read_bytes())
-    data[-2] = ord("7") if data[-2] != ord("7") else ord("3")
-    with sqlite3.connect(proj / LEDGER) as con:
-        then = con.execute("SELECT mtime_ns FROM files WHERE path = 'results/map/coords.csv'").fetchone()[0]
-    with coords.open("rb"):  # the old file held open: the new one cannot take its inode
-        (proj / "coords.tmp").write_bytes(bytes(data))
-        os.utime(proj / "coords.tmp", ns=(then, then))
-        os.replace(proj / "coords.tmp", coords)
-    lock = record_afresh()
-    assert artifacts(hashed) == {"results/map/coords.csv"}
-    assert {o["path"]: o["md5"] for o in lock["stages"]["map"]["outs"]}["results/map/coords.csv"] == \
-        hashlib.md5(bytes(data)).hexdigest() and lock != mine
+    monkeypatch.undo()
+    monkeypatch.chdir(proj)
+    monkeypatch.setattr(dvc_hash, "_hash_file", lambda path, *a, **k: hashed.append(path) or real(path, *a, **k))
+    assert record_afresh() == mine and len(artifacts(hashed)) > 20  # another process: DVC reads them
     with sqlite3.connect(proj / LEDGER) as con:  # a ledger as the code of before the md5 wrote it
         con.execute("ALTER TABLE files DROP COLUMN md5")
-    assert record_afresh() == lock and len(artifacts(hashed)) > 20
+    assert record_afresh() == mine and len(artifacts(hashed)) > 20
     run("git add -f results/map/map.html", proj)
     with pytest.raises(EncmapError, match="results/map/map.html"):
         record_afresh()
     run("git rm -q --cached results/map/map.html", proj)
     shutil.rmtree(proj / ".dvc/tmp")  # DVC's own hashes, every file read by DVC
     run("dvc commit -f -q", proj)
-    assert yaml.safe_load((proj / "dvc.lock").read_text()) == lock
+    assert yaml.safe_load((proj / "dvc.lock").read_text()) == mine
+
+def lock_md5s(proj: Path) -> dict[str, str]:
+    """Every output path dvc.lock records -> its md5."""
+    lock = yaml.safe_load((proj / "dvc.lock").read_text()) if (proj / "dvc.lock").exists() else {"stages": {}}
+    return {o["path"]: o.get("md5") for s in lock["stages"].values() for o in s.get("outs", [])}
+
+
+def cache_is_honest(proj: Path) -> list[str]:
+    """Objects of DVC's cache whose bytes do not hash to their name (none, when honest)."""
+    import hashlib
+
+    bad = []
+    for f in (proj / ".dvc/cache/files/md5").rglob("*"):
+        if f.is_file() and not f.name.endswith(".dir"):
+            if hashlib.md5(f.read_bytes()).hexdigest() != f.parent.name + f.name:
+                bad.append(str(f))
+    return bad
+
+
+@pytest.mark.slow(minutes=2)
+def test_an_output_counts_as_made_only_on_its_jobs_word(made, tmp_path):
+    """Issue 70 item 1. Old: "made" was read from file metadata. Another file put in an output's place
+    with its size and time (`touch -r`, `cp -p`, `rsync -a`) was recorded as made, its foreign md5 in
+    dvc.lock; a ledger row with a wrong md5 (size, time and inode right) put that md5 in dvc.lock and
+    the file in DVC's cache under a name its bytes do not hash to; a SLURM job that wrote nothing,
+    under `dvc repro`, let DVC record the stage over the old map; a damaged output then `snakemake
+    --touch` was taken as the good entry (every later run: "Nothing to be done")."""
+    import hashlib
+    import os
+    import sqlite3
+
+    from support.silent_slurm import silent_slurm
+
+    from encmap.workflow.made import LEDGER
+
+    def fresh(name: str) -> Path:
+        proj = copy(made, tmp_path / name)
+        (proj / "dvc.lock").unlink()  # what the run's end recorded: the recording is made again here
+        return proj
+
+    # Same size and time, other bytes, a new inode (as `touch -r old new; mv new old`, `cp -p`, rsync -a).
+    proj = fresh("swapped")
+    coords = proj / "results/map/coords.csv"
+    data = bytearray(coords.read_bytes())
+    data[-2] = ord("7") if data[-2] != ord("7") else ord("3")
+    (proj / "new.csv").write_bytes(bytes(data))
+    run(f"touch -r {coords} new.csv && mv new.csv {coords}", proj)
+    left = still_stale(run("encmap record", proj).stdout)
+    assert set(left) == {"map"} and left["map"] == "results/map/coords.csv: changed since its job wrote it", left
+    assert "results/map/coords.csv" not in lock_md5s(proj) and stale(proj) == {"map"}
+
+    # An edit in place, its time set back (`cp -p` onto the file): same inode, size and time; only the
+    # change time, which no one can set, tells (DVC's own key would not).
+    proj = fresh("in-place")
+    with sqlite3.connect(proj / LEDGER) as con:  # the ledger as this very project has it (not a copy's)
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / p).stat()).st_ino, st.st_ctime_ns, p)
+                         for p, in con.execute("SELECT path FROM files")])
+    nb = proj / "results/map/neighbours.csv"
+    other = bytearray(nb.read_bytes())
+    other[-2] = ord("7") if other[-2] != ord("7") else ord("3")
+    (tmp_path / "other.csv").write_bytes(bytes(other))
+    run(f"touch -r {nb} {tmp_path / 'other.csv'} && cp -p {tmp_path / 'other.csv'} {nb}", proj)
+    left = still_stale(run("encmap record", proj).stdout)
+    assert left.get("map") == "results/map/neighbours.csv: changed since its job wrote it", left
+
+    # A ledger row whose md5 is wrong for its file, its size, time and inode right.
+    proj = fresh("forged")
+    for d in (".dvc/tmp", ".dvc/cache"):
+        shutil.rmtree(proj / d, ignore_errors=True)
+    with sqlite3.connect(proj / LEDGER) as con:  # the copy's inodes, as a ledger of this very project has them
+        con.executemany("UPDATE files SET ino = ?, ctime_ns = ? WHERE path = ?",
+                        [((st := (proj / p).stat()).st_ino, st.st_ctime_ns, p)
+                         for p, in con.execute("SELECT path FROM files")])
+        con.execute("UPDATE files SET md5 = ? WHERE path = 'results/map/coords.csv'", ("0" * 32,))
+    run("encmap record", proj)
+    true = hashlib.md5((proj / "results/map/coords.csv").read_bytes()).hexdigest()
+    assert lock_md5s(proj)["results/map/coords.csv"] == true and stale(proj) == set()
+    assert not cache_is_honest(proj) and (proj / ".dvc/cache/files/md5" / true[:2] / true[2:]).is_file()
+
+    # The DVC route through a SLURM whose job writes nothing: the stage is not recorded.
+    proj = copy(made, tmp_path / "dvc-slurm")
+    set_param(proj, "map.seed", 7)
+    before = lock_md5s(proj)
+    fake = tmp_path / "silent"
+    profile = silent_slurm(fake, proj)
+    r = run(f"PATH={fake}:$PATH SNAKEMAKE_PROFILE={profile} dvc repro map", proj, check=False)
+    said = r.stdout + r.stderr
+    assert r.returncode != 0 and "not written by a job of this call" in said, said[-3000:]
+    maps = lambda md5s: {k: v for k, v in md5s.items() if k.startswith("results/map")}  # noqa: E731
+    assert maps(lock_md5s(proj)) == maps(before) and stale(proj) == {"map"}
+
+    # A damaged output, then `snakemake --touch`: not taken as good; the next run makes it again.
+    proj = copy(made, tmp_path / "touched")
+    emb = proj / "results/embeddings/ctl-0005/ctl-0005__out.h5"
+    emb.write_bytes(emb.read_bytes()[:300])
+    r = run("snakemake --cores 2 --touch", proj)
+    assert "ctl-0005__out.h5: changed since encmap wrote it" in r.stderr and "touch run" in r.stderr, r.stderr[-2000:]
+    r = run("snakemake --cores 2 -n", proj)
+    assert "Nothing to be done" not in r.stdout + r.stderr and "rule embed" in r.stdout + r.stderr, r.stdout[-2000:]
+    assert "embed@ctl-0005" in still_stale(run("encmap record", proj).stdout)
+    os.utime(emb)  # only a time changed: still the damaged bytes, still remade
+    assert "Nothing to be done" not in run("snakemake --cores 2 -n", proj).stdout
+
+
+@pytest.mark.slow(minutes=3)
+def test_a_scheduler_or_a_code_edit_mid_run_makes_nothing(made, tmp_path):
+    """Issue 70 item 1 (runs). Old: a SLURM job that wrote nothing while a stage-out step copied the old
+    files back to new inodes ended "recorded as made" (params seed 7, the map seed 0); and in-process
+    jobs that ran the already-imported module after a code edit were recorded as made by the edited code."""
+    import subprocess
+
+    from support.project import env
+    from support.silent_slurm import silent_slurm
+
+    proj = copy(made, tmp_path / "stage-out")
+    set_param(proj, "map.seed", 7)
+    fake = tmp_path / "silent"
+    profile = silent_slurm(fake, proj, stage_out="results/map")
+    r = run(f"PATH={fake}:$PATH snakemake --profile {profile}", proj)
+    assert "results/map/coords.csv: Snakemake reports its map job done, but its job left no receipt" in r.stderr, \
+        r.stderr[-3000:]
+    assert "still stale: map: " in r.stdout + r.stderr, (r.stdout + r.stderr)[-3000:]  # the run's end says so
+    r = run("snakemake --cores 2 -n", proj)
+    assert "Nothing to be done" not in r.stdout + r.stderr and "its last map job finished without writing it" \
+        in r.stderr, r.stderr[-3000:]
+
+    proj = copy(made, tmp_path / "edited")
+    set_param(proj, "qre.eps", 0.002)  # every features job runs again, in Snakemake's own process
+    job = subprocess.Popen("snakemake --cores 2", shell=True, cwd=proj, env=env(), text=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = []
+    for line in job.stderr:
+        err.append(line)
+        if line.strip() in ("rule features:", "localrule features:"):
+            code = proj / "src/encmap/qre/features.py"
+            code.write_text(code.read_text() + "\n# edited while the features jobs ran\n")
+            break
+    err = "".join(err) + job.stderr.read()
+    assert job.wait() == 0, err[-3000:]
+    left = still_stale(run("encmap record", proj).stdout)
+    features = {k: v for k, v in left.items() if k.startswith("features@")}
+    assert len(features) == 10, left
+    assert all(v.endswith("made by other code than the stage's now") for v in features.values()), left
+
+
+@pytest.mark.slow(minutes=1)
+def test_a_ledger_that_cannot_be_used_is_named_and_a_run_goes_on(made, tmp_path, monkeypatch):
+    """Issue 70 item 6. Old: a ledger whose table had another schema, one that could not be written, one
+    locked by another process, a folder named ledger.sqlite-wal: raw tracebacks from `encmap record`
+    and `encmap repro`, and plain `snakemake` died after its first job."""
+    import sqlite3
+
+    from encmap.validation import EncmapError
+    from encmap.workflow import made as made_module
+    from encmap.workflow.repro import record
+
+    proj = copy(made, tmp_path / "schema")
+    db = proj / made_module.LEDGER
+    with sqlite3.connect(db) as con:
+        con.execute("DROP TABLE made")
+        con.execute("CREATE TABLE made (path TEXT PRIMARY KEY, digest TEXT)")
+    r = run("encmap record", proj)
+    assert "Traceback" not in r.stderr and f"{db}: not a readable ledger (another schema: table made" in r.stderr
+
+    proj = copy(made, tmp_path / "wal")
+    db = proj / made_module.LEDGER
+    (proj / (made_module.LEDGER + "-wal")).mkdir()
+    set_param(proj, "map.seed", 3)  # a stale stage: encmap repro reaches the ledger
+    for cmd in ("encmap record", "encmap repro"):
+        r = run(cmd, proj, check=False)
+        assert r.returncode == 2 and "Traceback" not in r.stderr and f"{db}-wal is in the way" in r.stderr, r.stderr
+    r = run("snakemake --cores 2 --forcerun map results/map/coords.csv", proj)  # the map job runs, and the run ends
+    assert "Traceback" not in r.stderr and r.stderr.count(f"{db}-wal is in the way") >= 1, r.stderr[-3000:]
+    assert "Finished jobid" in r.stderr and "goes on without" in r.stderr
+
+    proj = copy(made, tmp_path / "unwritable")
+    shutil.rmtree(proj / ".snakemake/encmap")
+    (proj / ".snakemake/encmap").write_text("a file where the ledger's folder goes")
+    r = run("encmap record", proj, check=False)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and "the ledger cannot be written" in r.stderr, r.stderr
+
+    proj = copy(made, tmp_path / "locked")
+    monkeypatch.chdir(proj)
+    monkeypatch.setattr(made_module, "WAIT_S", 0.5)
+    holder = sqlite3.connect(proj / made_module.LEDGER)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        with pytest.raises(EncmapError, match="locked by another process of this project"):
+            record(proj, log=lambda s: None)
+    finally:
+        holder.close()

@@ -27,11 +27,17 @@ from typing import Iterable
 
 from .deps import DIGESTS, SLICES
 from .jobs import REFUSED_LOG, UNDER_DVC
-from .made import LEDGER, connect, digest, remember  # noqa: F401 (LEDGER: the ledger these tables are in)
+from .made import (KEY, LEDGER, connect, file_key, ledger_unusable, mark_damaged,  # noqa: F401 (LEDGER: theirs)
+                   remember, without_ledger)
 from ..io import file_sha256
+from ..validation import EncmapError
 
 #: Where the pipeline's artifacts live (relative to the workflow root).
 TRACKED = ("data", "results")
+#: Workflows whose run ended through ``onsuccess`` / ``onerror`` (by id).
+_ENDED: set[int] = set()
+#: Why a file a reader of a failed job refused is made again.
+REFUSED = "refused by a reader of the last run and unchanged since"
 #: Not Snakemake's: the code digests and params slices, written by DVC's bookkeeping stages alone
 #: (``encmap.workflow.deps``).
 NOT_TRACKED = (DIGESTS, SLICES)
@@ -86,10 +92,9 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
     with closing(connect(root)) as con, con:
         if not dry_run:
             _take_refused(root, con)
-        known = {p: (size, mtime, sha)
-                 for p, size, mtime, sha in con.execute("SELECT path, size, mtime_ns, sha256 FROM files")}
-        marked = dict(con.execute("SELECT * FROM damaged"))
-        for rel, (size, mtime, sha) in known.items():
+        known = {p: (key, sha) for p, *key, sha in con.execute(f"SELECT path, {KEY}, sha256 FROM files")}
+        marked = {p: (sha, why) for p, sha, why in con.execute("SELECT path, sha256, why FROM damaged")}
+        for rel, (key, sha) in known.items():
             st = found.get(rel)
             owner = _owner(rel, dir_outputs)
             if st is None:
@@ -100,25 +105,23 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
                     con.execute("DELETE FROM files WHERE path = ?", (rel,))
                     con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
                 continue
-            if (st.st_size, st.st_mtime_ns) == (size, mtime) and rel not in marked:
+            if file_key(st) == tuple(key) and rel not in marked:
                 continue
             now = file_sha256(root / rel)
-            if marked.get(rel) == now and now == sha:  # refused by a reader when first seen: still the same
-                messages.append(f"{rel}: refused by a reader of the last run and unchanged since; its job reruns "
-                                f"({owner})")
+            bad, why = marked.get(rel, (None, None))
+            if bad == now:  # marked when last seen (a reader refused it, no job wrote it): still the same
+                messages.append(f"{rel}: {why or REFUSED}; its job reruns ({owner})")
                 rerun.add(owner)
                 continue
             if now == sha:  # same bytes, new time: a checkout, a copy, `snakemake --touch`
                 if not dry_run:
-                    con.execute("UPDATE files SET size = ?, mtime_ns = ?, ino = ? WHERE path = ?",
-                                (st.st_size, st.st_mtime_ns, st.st_ino, rel))
-                    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
+                    _rekey(con, rel, st)
                 continue
-            messages.append(f"{rel}: changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…); "
-                            f"its job reruns ({owner})")
+            why = f"changed since encmap wrote it (sha256 {now[:12]}…, was {sha[:12]}…)"
+            messages.append(f"{rel}: {why}; its job reruns ({owner})")
             rerun.add(owner)
             if not dry_run:
-                con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, now))
+                mark_damaged(con, rel, now, why)
         if not dry_run:
             for rel, st in found.items():
                 if rel not in known:  # never recorded (a fresh clone, a first run): as it is
@@ -127,27 +130,37 @@ def verify(root: str | Path = ".", dir_outputs: Iterable[str] = (), dry_run: boo
 
 
 def record(root: str | Path = ".") -> None:
-    """Record every artifact as it is now (hashing only new or changed files): a run's outputs.
-
-    A file marked damaged that still holds the damaged content (its job did not run) keeps its
-    good entry and its mark.
-    """
+    """Record every artifact as it is now, as a run ends: its jobs' outputs are in already (their
+    receipts, :mod:`.made`); a file never seen is taken as it is; a known file whose content changed
+    with no job's word for it (a `--touch` run over a damaged file, a copy put in its place) keeps
+    its good entry and is marked, so that the next run makes it again. A file marked damaged that
+    still holds the damaged content keeps its mark."""
     root = Path(root)
     found = _files(root)
     with closing(connect(root)) as con, con:
         _take_refused(root, con)
-        marked = dict(con.execute("SELECT * FROM damaged"))
-        con.executemany("DELETE FROM files WHERE path = ?", [(p,) for p, in con.execute("SELECT path FROM files")
-                                                             if p not in found])
+        marked = dict(con.execute("SELECT path, sha256 FROM damaged"))
+        known = {p: (tuple(key), sha) for p, *key, sha in con.execute(f"SELECT path, {KEY}, sha256 FROM files")}
+        con.executemany("DELETE FROM files WHERE path = ?", [(p,) for p in known if p not in found])
         for rel, st in found.items():
-            if rel in marked:
-                now = file_sha256(root / rel)
-                if now == marked[rel]:
-                    continue
-                con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
+            was = known.get(rel)
+            if was is None:
                 remember(con, root, rel, st)
-            else:  # hashed only if its size or time changed (a job's outputs are already in: made.digest)
-                digest(con, root, rel, keep=True)
+            elif was[0] != file_key(st) or rel in marked:
+                now = file_sha256(root / rel)
+                if marked.get(rel) == now:  # still what was marked (refused, or no job's word for it)
+                    continue
+                if now == was[1]:  # the same bytes: a new time or copy
+                    _rekey(con, rel, st)
+                else:
+                    mark_damaged(con, rel, now, "changed with no job's word for it (a `--touch` run or a copy put "
+                                                "over it), not taken as good")
+
+
+def _rekey(con: sqlite3.Connection, rel: str, st: os.stat_result) -> None:
+    """File ``rel`` holds the bytes the ledger knows under a new key (a checkout, a copy, a touch)."""
+    con.execute(f"UPDATE files SET ({KEY}) = (?, ?, ?, ?) WHERE path = ?", (*file_key(st), rel))
+    con.execute("DELETE FROM damaged WHERE path = ?", (rel,))
 
 
 def _take_refused(root: Path, con: sqlite3.Connection) -> None:
@@ -165,7 +178,7 @@ def _take_refused(root: Path, con: sqlite3.Connection) -> None:
         except ValueError:
             continue
         if rel.split(os.sep, 1)[0] in TRACKED and p.is_file():
-            con.execute("INSERT OR REPLACE INTO damaged VALUES (?, ?)", (rel, file_sha256(p)))
+            mark_damaged(con, rel, file_sha256(p), REFUSED)
     log.unlink()
 
 
@@ -187,18 +200,43 @@ def for_snakemake(workflow, dir_outputs: Iterable[str], argv: list[str] | None =
 
     Their outputs join Snakemake's ``--forcerun`` (which also makes them targets of this run). A
     dry run (``-n``) lists those jobs too, and changes nothing (the ledger included); ``--touch``
-    re-stamps every output and is left alone. The executor (which knows both) is not set up yet
-    when the Snakefile is read: the flags come from Snakemake's command line.
+    re-stamps every output: the damage is reported and stays marked (:func:`record`). The executor
+    (which knows both) is not set up yet when the Snakefile is read: the flags come from Snakemake's
+    command line. A ledger that cannot be used is named; the run goes on without the check.
     """
     argv = sys.argv if argv is None else argv
-    if not active(workflow) or _flag(argv, ("--touch",), "t"):
+    if not active(workflow):
         return
-    dry = _flag(argv, ("--dry-run", "--dryrun"), "n")
-    messages, rerun = verify(Path(workflow.basedir), dir_outputs, dry_run=dry)
+    _said_at_the_end(workflow)
+    touch = _flag(argv, ("--touch",), "t")
+    dry = touch or _flag(argv, ("--dry-run", "--dryrun"), "n")
+    try:
+        messages, rerun = verify(Path(workflow.basedir), dir_outputs, dry_run=dry)
+    except EncmapError as e:
+        without_ledger(Path(workflow.basedir), e)
+        return
     for message in messages:
-        print(f"encmap: {message}" + (" (dry run: nothing changed; a run reruns it)" if dry else ""), file=sys.stderr)
-    if rerun:  # a dry run too: it lists the jobs a run would rerun (the DAG only; nothing on disk changes)
+        print(f"encmap: {message}" + (" (touch run: not taken as good; a run reruns it)" if touch else
+                                      " (dry run: nothing changed; a run reruns it)" if dry else ""), file=sys.stderr)
+    if rerun and not touch:  # a dry run too: it lists the jobs a run would rerun (nothing on disk changes)
         force_rerun(workflow, rerun)
+
+
+def _said_at_the_end(workflow) -> None:
+    """A run that had nothing to do ends before Snakemake's ``onsuccess``: it still says, in a DVC
+    project, which stages DVC calls stale and why (:func:`.repro.record_run`)."""
+    from .repro import record_run
+
+    execute = workflow.execute
+
+    def execute_then_say(*args, **kwargs):
+        ran = execute(*args, **kwargs)
+        root = Path(workflow.basedir)
+        if id(workflow) not in _ENDED and not (workflow.dryrun or workflow.touch or ledger_unusable(root)):
+            record_run(root)
+        return ran
+
+    workflow.execute = execute_then_say
 
 
 def force_rerun(workflow, outputs: Iterable[str]) -> None:
@@ -220,10 +258,17 @@ def force_rerun(workflow, outputs: Iterable[str]) -> None:
 
 def record_for_snakemake(workflow, argv: list[str] | None = None) -> None:
     """``onsuccess`` / ``onerror``: record the artifacts as the run leaves them (not in a dry run),
-    and in a project with DVC what its jobs made in ``dvc.lock`` (:func:`.repro.record_run`)."""
+    and in a project with DVC what its jobs made in ``dvc.lock`` (:func:`.repro.record_run`). A
+    ledger that cannot be used is named; the run's own outcome stands."""
     from .repro import record_run
 
     argv = sys.argv if argv is None else argv
-    if active(workflow) and not _flag(argv, ("--dry-run", "--dryrun"), "n"):
-        record(Path(workflow.basedir))
-        record_run(Path(workflow.basedir))
+    _ENDED.add(id(workflow))
+    root = Path(workflow.basedir)
+    if active(workflow) and not _flag(argv, ("--dry-run", "--dryrun"), "n") and not ledger_unusable(root):
+        try:
+            record(root)
+        except EncmapError as e:
+            without_ledger(root, e)
+            return
+        record_run(root)

@@ -97,6 +97,54 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
             fh.close()
 
 
+#: Per workflow root, the code files' size and time as this process loaded its code (receipts.code_stats).
+_loaded: dict[str, dict] = {}
+
+
+def code_loaded(root: str | Path) -> dict[str, tuple[int, int]]:
+    """The code under ``root`` as this process loaded it: taken once, when Snakemake's process reads
+    the Snakefile (its in-process jobs run the modules it then has) or a script job starts."""
+    from .receipts import code_stats
+
+    key = str(Path(root).resolve())
+    if key not in _loaded:
+        _loaded[key] = code_stats(Path(key))
+    return _loaded[key]
+
+
+def receipts_follow_touch() -> None:
+    """Snakemake touches every output after its job (its clock-skew guard), in the job's process and
+    again where it was submitted: the receipt of a file that was still what its job wrote follows
+    the touch (:func:`.receipts.follow`), so that the receipt's key stays the file's. Idempotent."""
+    from snakemake.io import _IOFile
+
+    from .receipts import follow, stat_key
+
+    touch = _IOFile.touch
+    if getattr(touch, "_encmap_receipts", False):
+        return
+
+    def touch_and_follow(self, times=None):
+        path = os.path.normpath(str(self.file))
+        try:
+            before = None if os.path.isdir(path) else stat_key(os.stat(path))
+        except OSError:
+            before = None
+        touch(self, times)
+        if before is not None:
+            follow(Path.cwd(), path, before)
+
+    touch_and_follow._encmap_receipts = True
+    _IOFile.touch = touch_and_follow
+
+
+def write_receipts(root: str | Path, outputs) -> None:
+    """A job's last step: its receipts (:mod:`.receipts`), the code changed since it was loaded named."""
+    from .receipts import write
+
+    write(Path.cwd(), outputs, code_loaded(root))
+
+
 #: Set by ``encmap repro`` for the Snakemake calls it makes: DVC records what they write.
 UNDER_DVC = "ENCMAP_UNDER_DVC"
 #: Artifacts that readers of failed jobs refused, one absolute path per line, until the run's end

@@ -32,7 +32,8 @@ from pathlib import Path
 
 from .deps import BOOKKEEPING, CODE_STAGE, digest_path, write_digests, write_slices
 from .jobs import UNDER_DVC
-from .made import Basis, connect, digest, forget, made_rows, still_made
+from . import receipts
+from .made import KEY, SESSION, SESSION_ENV, Basis, connect, digest, file_key, forget, made_rows, still_made
 from .stages import StageJob, stage_job
 from ..validation import EncmapError
 
@@ -69,7 +70,8 @@ class SnakemakeCalls:
     """
 
     def __init__(self, root: Path, args: list[str], dry_run: bool = False):
-        self.root, self.args, self.env = root, args, os.environ | {UNDER_DVC: "1"}
+        # The call's ledger rows carry this process's session: it alone hands their md5s to DVC.
+        self.root, self.args, self.env = root, args, os.environ | {UNDER_DVC: "1", SESSION_ENV: SESSION}
         self.first = self._verdict = None
         if dry_run:  # no call: the options are judged here (verdict)
             return
@@ -161,7 +163,17 @@ def run_stage(root: str | Path = ".", name: str | None = None, log=print) -> int
     job = stage_job(name.rsplit(":", 1)[-1], params)  # a stage of another dvc.yaml: <path>:<name>
     _prune(root, params, job, None, log)
     os.chdir(root)
-    return run_snakemake(snakemake_argv([job], []))
+    receipts.clear(root, job.targets)  # a receipt found after the call is its jobs' word
+    rc = run_snakemake(snakemake_argv([job], []))
+    if rc == 0 and (unmade := receipts.missing(root, job.targets)):
+        # Snakemake's word that a job finished is not that it wrote (a SLURM job that wrote nothing,
+        # a stage-out copy of the old files): DVC must not record this stage.
+        for line in unmade[:20]:
+            log(f"encmap stage {name}: not made: {line}")
+        log(f"encmap stage {name}: Snakemake exited 0, but {len(unmade)} of its outputs were not written by "
+            "a job of this call; the stage is not recorded (run it again)")
+        return 1
+    return rc
 
 
 def _per_model_targets(models: dict[str, dict]) -> dict[tuple[str, str], list[str]]:
@@ -234,18 +246,26 @@ def plan(repo, targets: list[str] | None = None, would_change: set[str] | None =
 
 
 def prime_dvc(repo, con: sqlite3.Connection) -> None:
-    """Hand DVC the md5 the ledger took in each job's own read of its outputs (of files still of the
-    inode, size and time they were hashed at, as DVC keys its own state): DVC reads none of them
-    again (1.1 GB on the default run), and hashes afresh a file replaced or edited since."""
+    """Hand DVC the md5 this process took of each file (its job's receipt, checked against the file,
+    or its own read: rows of :data:`.made.SESSION`), while the file keeps the inode, size and time it
+    was hashed at, as DVC keys its own state: DVC reads none of them again (1.1 GB on the default
+    run). A row at rest from another process (forged, or stale) is never handed over, and where DVC's
+    own state holds another md5 for the file as it is, DVC's stands: DVC then hashes what it must,
+    and nothing enters its cache under a name its bytes do not hash to."""
     from dvc_data.hashfile.hash_info import HashInfo
 
-    known = []
-    for rel, *then, md5 in con.execute("SELECT path, size, mtime_ns, ino, md5 FROM files WHERE md5 IS NOT NULL"):
+    known, infos = {}, {}
+    rows = con.execute(f"SELECT path, {KEY}, md5 FROM files WHERE md5 IS NOT NULL AND session = ?", (SESSION,))
+    for rel, *then, md5 in rows:
         with contextlib.suppress(OSError):
             st = os.stat(path := os.path.join(repo.root_dir, rel))
-            if [st.st_size, st.st_mtime_ns, st.st_ino] == then:
-                known.append((path, HashInfo("md5", md5), None))
-    repo.state.save_many(known, repo.fs)
+            if file_key(st) == tuple(then):
+                known[path] = md5
+                infos[path] = repo.fs.info(path)
+    for path, _meta, hash_info in repo.state.get_many(list(known), repo.fs, infos):
+        if hash_info is not None and hash_info.value != known[path]:
+            del known[path]  # DVC's own hash of this very file disagrees: DVC's stands
+    repo.state.save_many([(path, HashInfo("md5", md5), infos[path]) for path, md5 in known.items()], repo.fs)
 
 
 def _hashes(stage) -> list:
@@ -545,8 +565,9 @@ def _why_not(root: Path, stage: str, outs: list[str], made: dict, basis: Basis, 
     return None
 
 
-def record(root: str | Path = ".", log=print) -> int:
-    """``encmap record`` (module docstring): 0; the stages not shown made are listed, stale for ``encmap repro``."""
+def record(root: str | Path = ".", log=print, quiet: bool = False) -> int:
+    """``encmap record`` (module docstring): 0; the stages not shown made are listed, stale for ``encmap repro``.
+    ``quiet``: nothing said when DVC calls no stage stale (a plain run's end)."""
     import networkx as nx
 
     from ..params import load_params
@@ -563,7 +584,7 @@ def record(root: str | Path = ".", log=print) -> int:
         saved = pl.ordered(pl.bookkeeping)
         _save(saved)
         made = {row[0]: dict(zip(("digest", "stage", "code", "params", "inputs"), row[1:]))
-                for row in con.execute("SELECT * FROM made")}
+                for row in con.execute("SELECT path, digest, stage, code, params, inputs FROM made")}
         basis = Basis(root, params)
         digest_of = functools.cache(lambda path: digest(con, root, path))
         per_model = _per_model_targets(params["models"])
@@ -587,6 +608,8 @@ def record(root: str | Path = ".", log=print) -> int:
                 left[s.addressing] = why
         _save(recorded)
         _write_locks(repo, saved + recorded, log)
+    if quiet and not pl.stale:
+        return 0
     log(f"encmap record: {len(recorded)} of {len(pl.stale)} stale stages recorded in dvc.lock as made "
         f"({time.perf_counter() - t0:.1f} s)")
     for name, why in left.items():
@@ -597,12 +620,14 @@ def record(root: str | Path = ".", log=print) -> int:
 
 
 def record_run(root: Path) -> None:
-    """A plain run's end in a project with DVC (``.dvc``), if its jobs made something: :func:`record`.
-    Command 1 is then known to DVC without a step to remember; a failure is named, fails no run."""
-    if not made_rows() or not (root / ".dvc").is_dir():
+    """A plain run's end in a project with DVC (``.dvc``): :func:`record`, also when the run had
+    nothing to do, so that its last lines name each stage DVC still calls stale and why (say, a
+    source file edited that the run's targets do not read). Command 1 is then known to DVC without a
+    step to remember; a failure is named, fails no run."""
+    if not (root / ".dvc").is_dir():
         return
     try:
-        record(root)
+        record(root, quiet=not made_rows())
     except Exception as e:  # noqa: BLE001 (the run itself succeeded or failed on its own)
         print(f"encmap: this run was not recorded in dvc.lock ({type(e).__name__}: {e}); `encmap record` "
               "records it", file=sys.stderr)

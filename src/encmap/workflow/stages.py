@@ -17,7 +17,9 @@ a step module, one entry here, then ``encmap deps --write``.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable
 
 from ..validation import EncmapError
@@ -104,6 +106,57 @@ def _task_sources(config: dict) -> list[str]:
 def _regress_sources(config: dict) -> list[str]:
     mteb = config["regress"]["mteb"]["results"]
     return [t["path"] for t in config["regress"]["score_tables"]] + ([mteb] if mteb not in (None, "remote") else [])
+
+
+#: Per stage with sources, the sha256 of each file they hold (``<stage>.sha256``), rewritten only when
+#: one changes: the rule's input that stands for them. Its stat cache beside it (``.json``).
+SOURCE_STAMPS = ".snakemake/encmap/sources"
+
+
+def source_inputs(name: str, config: dict, root: str | Path = ".") -> dict[str, str]:
+    """Stage ``name``'s sources as a rule input (``{"sources": stamp}``, or ``{}``): a file listing
+    the sha256 of each file params names for it, every file of a folder included, rewritten when one
+    changes. A plain run then remakes what read a source that changed, as DVC (which hashes them)
+    decides; one input, not hundreds of files (a corpus folder) in each of Snakemake's lines, and a
+    source touched but unchanged reruns nothing. A new stamp is dated 1970: only a change seen
+    reruns a job (a fresh clone's, or an upgraded project's, results stand)."""
+    import json
+
+    from ..io import atomic_write_text, file_sha256
+
+    files: list[Path] = []
+    for p in map(Path, STAGES[name].sources(config)):
+        if p.is_dir():
+            files += sorted(f for f in p.rglob("*") if f.is_file()
+                            and not any(part.startswith(".") for part in f.relative_to(p).parts))
+        elif p.is_file():
+            files.append(p)
+    if not files:
+        return {}
+    stamp = Path(root) / SOURCE_STAMPS / f"{name}.sha256"
+    cache_path = stamp.with_suffix(".json")
+    try:
+        cache = json.loads(cache_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        cache = {}
+    lines, seen = [], {}
+    for f in files:
+        st = f.stat()
+        key = [st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns]
+        was = cache.get(str(f))
+        sha = was[5] if isinstance(was, list) and was[:5] == key else file_sha256(f)
+        seen[str(f)] = [*key, sha]
+        lines.append(f"{sha}  {f}\n")
+    text = "".join(lines)
+    old = stamp.read_text(encoding="utf-8") if stamp.is_file() else None
+    if text != old:
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(stamp, text)
+        if old is None:
+            os.utime(stamp, ns=(0, 0))
+    if seen != cache:
+        atomic_write_text(cache_path, json.dumps(seen))
+    return {"sources": str(stamp)}
 
 
 STAGES: dict[str, Stage] = {s.name: s for s in (
