@@ -182,3 +182,94 @@ def test_a_leftover_backup_of_an_update_output_does_not_stop_the_next_job(tmp_pa
     jobs.replace_stale_backups()  # idempotent
     p.backup_output(out)
     assert (left / "a.json").read_text() == "now"
+
+
+_REWIRE = """
+import logging, os, random, signal, sys, warnings
+import numpy as np
+import torch
+from threadpoolctl import threadpool_limits
+try:
+    import wordllama  # noqa: F401  (logging.basicConfig(level=INFO) on import: the case found)
+except ImportError:
+    logging.basicConfig(level=logging.INFO)
+logging.getLogger().addHandler(logging.StreamHandler(sys.stdout))
+logging.getLogger("snakemake").setLevel(logging.CRITICAL)
+warnings.simplefilter("error")
+os.environ["ENCMAP_REWIRED"] = "1"
+os.environ.pop("HOME", None)
+os.chdir("/")
+sys.path.append("/a/path/of/the/library")
+random.seed(12345); np.random.seed(12345); torch.manual_seed(12345)
+torch.set_default_dtype(torch.float64)
+torch.set_num_threads(1 if torch.get_num_threads() > 1 else 2)
+threadpool_limits(3, user_api="blas")
+signal.signal(signal.SIGUSR1, lambda *a: None)
+"""
+
+_PROBE = """
+import hashlib, json, logging, os, random, signal, sys, warnings
+import numpy as np
+import torch
+from threadpoolctl import threadpool_info
+digest = lambda x: hashlib.sha256(repr(x).encode()).hexdigest()[:16]
+state = {
+    "root": [type(h).__name__ for h in logging.getLogger().handlers], "level": logging.getLogger().level,
+    "snakemake_level": logging.getLogger("snakemake").level, "warnings": digest(warnings.filters),
+    "env": digest(sorted(os.environ.items())), "cwd": os.getcwd(), "path": digest(sys.path),
+    "random": digest(random.getstate()), "numpy": digest(np.random.get_state()[1].tolist()),
+    "torch_rng": digest(torch.random.get_rng_state().tolist()), "dtype": str(torch.get_default_dtype()),
+    "torch_threads": torch.get_num_threads(), "signal": repr(signal.getsignal(signal.SIGUSR1)),
+    "blas": sorted(i["num_threads"] for i in threadpool_info() if i["user_api"] == "blas"),
+}
+open(snakemake.output[0], "w").write(json.dumps(state, indent=1))
+"""
+
+_STATE_SNAKEFILE = """
+import numpy, threadpoolctl, torch  # imported before the jobs: the probes compare the process, not first imports
+from encmap.workflow.jobs import in_process
+
+rule all:
+    input: "after.json"
+
+rule before:
+    output: "before.json"
+    log: "logs/before.log"
+    run:
+        in_process("probe.py", input, output, params, wildcards, threads, log)
+
+rule rewire:
+    input: "before.json"
+    output: "rewired"
+    log: "logs/rewire.log"
+    run:
+        in_process("rewire.py", input, output, params, wildcards, threads, log)
+        open(output[0], "w").close()
+
+rule after:
+    input: "rewired"
+    output: "after.json"
+    log: "logs/after.log"
+    run:
+        in_process("probe.py", input, output, params, wildcards, threads, log)
+"""
+
+
+@pytest.mark.slow(minutes=1)
+def test_an_in_process_job_leaves_snakemakes_process_as_it_found_it(tmp_path):
+    """Issue 70 item 3. Old: an in-process job's import rewired Snakemake's process for good: after
+    wordllama's `logging.basicConfig(level=INFO)` every Snakemake line was printed twice; a job's
+    `os.chdir` lost every relative output; and its warnings filters, environment, sys.path, random
+    states, torch's default dtype and threads and the BLAS limit stayed for every later job; a signal
+    handler set at import failed the job. The job between two probes changes each; the probes match."""
+    (tmp_path / "Snakefile").write_text(_STATE_SNAKEFILE)
+    (tmp_path / "rewire.py").write_text(_REWIRE)
+    (tmp_path / "probe.py").write_text(_PROBE)
+    r = subprocess.run(["snakemake", "--cores", "2", "--force-use-threads"], cwd=tmp_path, env=env(),
+                       capture_output=True, text=True, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out[-3000:]
+    assert "INFO:snakemake" not in out and out.count("Finished jobid") >= 3, out[-3000:]
+    before, after = (json.loads((tmp_path / f).read_text()) for f in ("before.json", "after.json"))
+    assert after == before, {k: (before[k], after[k]) for k in before if before[k] != after[k]}
+    assert "asked to handle signal" in (tmp_path / "logs/rewire.log").read_text()

@@ -37,7 +37,6 @@ from types import SimpleNamespace
 _local = threading.local()
 _lock = threading.Lock()
 _timer_lock = threading.Lock()  # guards the scheduler's one pending re-evaluation timer
-_blas_limit = None  # the process-wide single-thread BLAS setting, held for the process's lifetime
 
 
 class _ThreadStderr(io.TextIOBase):
@@ -67,15 +66,11 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
 
     ``threads`` (the rule's, what Snakemake scheduled) is not passed on: see the module's note.
     """
-    global _blas_limit
+    from .process_state import blas_single_thread, job as leaves_the_process_as_found
+
     script = Path(script)
     with _lock:
-        if _blas_limit is None:
-            import numpy  # noqa: F401  (load both BLAS libraries first: a limit binds only loaded ones)
-            import scipy.linalg  # noqa: F401
-            from threadpoolctl import threadpool_limits
-
-            _blas_limit = threadpool_limits(1, user_api="blas")
+        blas_single_thread(once=True)
         if not isinstance(sys.stderr, _ThreadStderr):
             sys.stderr = _ThreadStderr(sys.stderr)
         if str(script.parent) not in sys.path:  # the adapters import their _job helper
@@ -85,7 +80,8 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
     fh = open(log[0], "w", buffering=1) if log else None
     _local.stream = fh
     try:
-        runpy.run_path(str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
+        with leaves_the_process_as_found():  # what the job or its imports change is put back (process_state)
+            runpy.run_path(str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
     except BaseException as e:
         if fh:
             traceback.print_exc(file=fh)
