@@ -253,8 +253,8 @@ def test_cli_regress(tmp_path, capsys):
     params, features, scores = cli_regress_inputs(tmp_path, [i * 0.1 for i in range(12)])
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == ("task,protocol,features,regressor,n,folds,spearman,spearman_low,spearman_high,p_value,"
-                      "pearson,mae") and len(out) == 1 + 3 * 8
+    assert out[0] == ("task,protocol,features,regressor,n,folds,units,spearman,spearman_low,spearman_high,p_value,"
+                      "pearson,mae,note") and len(out) == 1 + 3 * 8
     assert out[1].startswith("t,grouped,qre,elasticnet,12,4,")  # 4 models: leave-one-model-out
     assert out[9].startswith("t,family,qre,elasticnet,12,4,")  # no meta.family: each model its own family
     groups = tmp_path / "g.csv"
@@ -317,8 +317,9 @@ def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
     assert final["weights"].shape == (2, 2, 300) and final["intercepts"].shape == (2, 2)
     for r, reg in enumerate(("elasticnet", "ridge")):
         est = fit_regressor(reg, F, Y[:, 0], g, "grouped", PARAMS, 0)
-        search = est.named_steps["search"]
-        est.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
+        pipe = getattr(est, "regressor_", est)  # elasticnet: the pipeline fitted on standardised scores
+        search = pipe.named_steps["search"]
+        pipe.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
         for X in (F, far):
             ref = est.predict(X)
             np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
@@ -332,7 +333,7 @@ def test_final_regressors_are_their_pipelines_as_linear_maps(synthetic):
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import QuantileTransformer
 
-    bent = Pipeline([("q", QuantileTransformer(n_quantiles=10)), ("model", est.steps[-1][1])]).fit(F, Y[:, 0])
+    bent = Pipeline([("q", QuantileTransformer(n_quantiles=10)), ("model", pipe.steps[-1][1])]).fit(F, Y[:, 0])
     with pytest.raises(EncmapError, match="QuantileTransformer"):
         linear_form(bent, F.shape[1])
 
@@ -501,8 +502,9 @@ def test_a_joined_predictor_is_one_linear_map_over_its_blocks(synthetic):
     assert final["weights"].shape == (1, 2, 316)
     for r, reg in enumerate(("elasticnet", "ridge")):
         est = fit_regressor(reg, X, Y[:, 0], g, "grouped", PARAMS, 0, weights=w)
-        search = est.named_steps["search"]
-        est.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
+        pipe = getattr(est, "regressor_", est)  # elasticnet: the pipeline fitted on standardised scores
+        search = pipe.named_steps["search"]
+        pipe.steps[-1] = ("model", getattr(search, "best_estimator_", search))  # RidgeCV: its own model
         ref = est.predict(X)
         np.testing.assert_allclose(X @ final["weights"][0, r] + final["intercepts"][0, r], ref,
                                    rtol=1e-9, atol=1e-9 * np.abs(ref).max())
@@ -832,3 +834,93 @@ def test_an_evaluate_score_whose_spread_overflows_names_its_file(tmp_path):
     with pytest.raises(EncmapError, match=r"m1/e1\.json: encoder 'e1' task 'polarity': score -1\.7e\+308"):
         regress_step(features, dirs, out, regress=PARAMS)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_p_value_is_not_faked_by_a_floating_point_tie(monkeypatch):
+    """Issue 70 item 4. Old: the null's copies one ulp below the observed Spearman were not counted
+    (`null >= observed`): a task whose scores are all 0.5 but one 0.9, where every shuffle gives the
+    same statistic, got p = 0.005 on its grouped mean row instead of 1. Now ties up to rounding
+    count, with scipy.stats.permutation_test's tolerance (100 eps |observed|)."""
+    from encmap.downstream import regression
+
+    F, _, groups = synthetic_data()
+    y = np.full(50, 0.5)
+    y[7] = 0.9
+    u = {"resamples": 400, "permutations": 199, "level": 0.95, "seed": 0, "min_units": 5}
+    rows, _ = regression_table(F, y[:, None], ["one-high"], groups, None, PARAMS | {"uncertainty": u}, 0,
+                               feature_sets=("mean",))
+    for r in rows:
+        assert r["p_value"] == 1.0 or not np.isfinite(r["spearman"]), r
+    # A hand-made tie: every shuffle's Spearman exactly -1.0, the observed one ulp above it (the
+    # default map's rows whose Spearman is -1.0 reported p = 0.005).
+    monkeypatch.setattr(regression, "spearman_pairs", lambda A, B: np.full(A.shape[1], -1.0))
+    splits = outer_splits(groups, "grouped", PARAMS, 0)
+    p = regression.permutation_p_value("mean", F, y, groups, splits, "grouped", PARAMS, 0,
+                                       np.nextafter(-1.0, 0.0), 199)
+    assert p == 1.0
+
+
+def test_rows_below_the_minimum_of_held_out_units_say_so_instead_of_an_interval():
+    """Issue 70 item 4. Old: with 3 encoders of one model a "95% interval" was [-0.5, -0.5]; with 6 in
+    2 groups the estimate sat on its edge. Below regress.uncertainty.min_units the row has no
+    interval, and its note says why; at or above it, the interval is scipy's percentile bootstrap."""
+    F, Y, groups = synthetic_data()
+    u = {"resamples": 400, "permutations": 0, "level": 0.95, "seed": 0, "min_units": 5}
+    rows, _ = regression_table(F[:12], Y[:12], ["linear", "group"], groups[:12], None, PARAMS | {"uncertainty": u}, 0,
+                               feature_sets=("qre",))
+    for r in table(rows, protocol="random"):  # 12 encoders of 3 models (the grouped protocol: 3 models too)
+        assert r["units"] == 3 and np.isnan(r["spearman_low"]) and np.isnan(r["spearman_high"]), r
+        assert r["note"] == "no interval: 3 held-out models, below regress.uncertainty.min_units = 5", r
+    rows, _ = regression_table(F, Y, ["linear"], groups, None, PARAMS | {"uncertainty": u}, 0, feature_sets=("qre",))
+    for r in rows:
+        assert r["units"] == 10 and r["note"] == "" and r["spearman_low"] <= r["spearman"] <= r["spearman_high"], r
+
+
+@pytest.mark.parametrize("spread", [0.0, 1e-12, 1e-14])
+def test_a_task_constant_up_to_rounding_has_no_spearman_and_no_raw_warning(spread, recwarn):
+    """Issue 70 item 4. Old: a task constant to 1e-12 printed SciPy's NearConstantInputWarning and a
+    Spearman of -0.55 (the ranks of rounding noise)."""
+    F, Y, groups = synthetic_data()
+    y = 0.5 + spread * np.random.default_rng(1).standard_normal(50)
+    rows, _ = regression_table(F, y[:, None], ["flat"], groups, None, PARAMS, 0, feature_sets=("qre", "mean"))
+    assert all(np.isnan(r["spearman"]) and np.isnan(r["pearson"]) for r in rows), rows
+    assert not [w for w in recwarn if "Constant" in type(w.message).__name__], [str(w.message) for w in recwarn]
+
+
+def test_elasticnet_rows_do_not_depend_on_the_units_of_the_scores(synthetic):
+    """Issue 70 item 7. Old: at scores x 0.001 every ElasticNet row equalled the mean baseline (its
+    absolute alpha grid met unscaled scores). Now it fits standardised scores: the same choices, the
+    Spearman unchanged, the MAE and the fitted map scaled with the scores."""
+    from encmap.downstream.regression import fit_final
+
+    F, Y, groups = synthetic_data()
+    base = table(synthetic["rows"], task="linear", features="qre", regressor="elasticnet")
+    for factor in (1e-3, 1e3):
+        rows, _ = regression_table(F, Y * factor, ["linear", "group"], groups, None, PARAMS, 0, feature_sets=("qre",))
+        for r in table(rows, task="linear", regressor="elasticnet"):
+            b = table(base, protocol=r["protocol"])[0]
+            assert r["spearman"] == pytest.approx(b["spearman"], abs=1e-9), (factor, r, b)
+            assert r["mae"] == pytest.approx(b["mae"] * factor, rel=1e-6), (factor, r, b)
+    one, big = fit_final(F, Y, ["linear", "group"], groups, PARAMS, 0), fit_final(F, Y * 1e3, ["linear", "group"],
+                                                                                   groups, PARAMS, 0)
+    assert one["chosen"]["linear"]["elasticnet"] == big["chosen"]["linear"]["elasticnet"]
+    np.testing.assert_allclose(big["weights"][:, 0], one["weights"][:, 0] * 1e3, rtol=1e-6, atol=1e-12)
+
+
+@pytest.mark.parametrize("resamples, level, ok", [(1, 0.95, False), (399, 0.95, False), (400, 0.95, True),
+                                                  (199, 0.9, False), (200, 0.9, True)])
+def test_too_few_resamples_for_the_interval_are_refused(resamples, level, ok):
+    """Issue 70 item 7. Old: regress.uncertainty.resamples: 1 passed the check, and 71 of 84 "95%"
+    intervals excluded their own estimate."""
+    import copy
+
+    from encmap.params import load_params, validate_params
+
+    params = copy.deepcopy(load_params(Path(__file__).resolve().parents[1] / "params.yaml"))
+    params["regress"]["uncertainty"] |= {"resamples": resamples, "level": level}
+    if ok:
+        validate_params(params)
+    else:
+        with pytest.raises(EncmapError, match=r"key regress.uncertainty.resamples = \d+: a 0.9\d* interval needs at "
+                                              r"least \d+ resamples"):
+            validate_params(params)

@@ -126,6 +126,11 @@ def validate_params(params: Any, where: str = "params") -> None:
     if cycle:  # the map would draw lineage only after every embedding is computed: refuse now
         raise EncmapError(f"{where}: key models.{cycle[0]}.meta.derived_from: the lineage forms a cycle: "
                           + " -> ".join(cycle))
+    u = params["regress"]["uncertainty"]
+    if u["resamples"] * (1 - u["level"]) / 2 < 10 - 1e-9:  # a percentile interval needs resamples in both tails
+        need = math.ceil(20 / (1 - u["level"]))
+        raise EncmapError(f"{where}: key regress.uncertainty.resamples = {u['resamples']}: a {u['level']:g} interval "
+                          f"needs at least {need} resamples (10 in each tail; 1,000 or more advised)")
     check_counts(params, len(encoders), where)
     unknown = [e for e in params["similarity"]["subset"]["encoders"] if e not in encoders]
     if unknown:

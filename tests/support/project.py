@@ -94,7 +94,8 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
         "regress": {"seed": 0, "max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
                     "elasticnet_alphas": [0.1], "l1_ratios": [0.5], "ridge_alphas": [0.1, 10.0],
                     "max_iter": 10000, "score_tables": [], "predictor": "qre", "ridge_alpha_cv": "loo",
-                    "uncertainty": {"resamples": 1000, "permutations": 99, "level": 0.95, "seed": 0},
+                    "uncertainty": {"resamples": 1000, "permutations": 99, "level": 0.95, "seed": 0,
+                                    "min_units": 5},
                     "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": None, "bare_only": False}},
     }
 

@@ -102,8 +102,8 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
-TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "spearman", "spearman_low", "spearman_high",
-                "p_value", "pearson", "mae"]
+TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "units", "spearman", "spearman_low",
+                "spearman_high", "p_value", "pearson", "mae", "note"]
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:

@@ -216,6 +216,12 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
                                      "model__l1_ratio": list(params["l1_ratios"])}, cv)
     else:
         raise EncmapError(f"unknown regressor {name!r} (known: {REGRESSORS})")
+    if name == "elasticnet":
+        from sklearn.compose import TransformedTargetRegressor
+
+        # Its alpha grid is absolute, and the L1 penalty meets the scores' units: fitted on
+        # standardised scores, its choices (and rows) are the same in any unit (ridge's already are).
+        return TransformedTargetRegressor(Pipeline(head + [("search", search)]), transformer=StandardScaler())
     return Pipeline(head + [("search", search)])
 
 
@@ -307,8 +313,9 @@ def permutation_p_value(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndar
 
     The null shuffles the scores across encoders (``permutations`` seeded permutations of y) and
     refits exactly as the protocol fits (same outer folds, same regressor, alpha chosen afresh
-    per permutation: RidgeCV with ``alpha_per_target``). p = (1 + #{null >= observed}) /
-    (1 + permutations): with 199 permutations the smallest is 0.005. NaN for a regressor that
+    per permutation: RidgeCV with ``alpha_per_target``). p = (1 + #{null >= observed - γ}) /
+    (1 + permutations), γ = 100 ε |observed| (ties up to rounding count, as in
+    ``scipy.stats.permutation_test``): with 199 permutations the smallest is 0.005. NaN for a regressor that
     cannot refit every permutation at once (:func:`refits_cheaply`) or a NaN ``observed``.
     """
     if not refits_cheaply(name, params) or not np.isfinite(observed) or permutations < 1:
@@ -337,14 +344,25 @@ def permutation_p_value(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndar
         search = est.named_steps["search"].set_params(alpha_per_target=True)
         pred[test] = search.fit(Xtr, Yp[train]).predict(Xte).reshape(len(test), -1)
     null = spearman_pairs(Yp, pred)
-    return float((1 + np.sum(np.nan_to_num(null, nan=-np.inf) >= observed)) / (1 + permutations))
+    # As scipy.stats.permutation_test: a null equal to the observed value up to rounding counts as
+    # reaching it (every shuffle giving the same statistic one ulp below it is p = 1, not 0.005).
+    gamma = 100 * np.finfo(np.float64).eps * abs(observed)
+    return float((1 + np.sum(np.nan_to_num(null, nan=-np.inf) >= observed - gamma)) / (1 + permutations))
+
+
+def near_constant(v: np.ndarray) -> bool:
+    """Whether ``v`` varies by no more than rounding (its range within 1e-9 of its magnitude): its
+    ranks would be noise (a task scored 0.5 ± 1e-12 gave a Spearman of -0.55)."""
+    v = np.asarray(v, dtype=np.float64)
+    return bool(np.ptp(v) <= 1e-9 * max(1.0, float(np.max(np.abs(v)))))
 
 
 def prediction_quality(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    """Spearman, Pearson and MAE of predictions vs truth (correlations NaN for constant input)."""
+    """Spearman, Pearson and MAE of predictions vs truth (correlations NaN for input constant up to
+    rounding: :func:`near_constant`)."""
     from scipy.stats import pearsonr, spearmanr
 
-    constant = np.ptp(pred) == 0 or np.ptp(y) == 0
+    constant = near_constant(pred) or near_constant(y)
     return {"spearman": np.nan if constant else float(spearmanr(y, pred).statistic),
             "pearson": np.nan if constant else float(pearsonr(y, pred).statistic),
             "mae": float(np.mean(np.abs(y - pred)))}
@@ -370,11 +388,18 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> tupl
     q = prediction_quality(y, pred)
     u = params.get("uncertainty")
     if u is None:
-        return pred, q | dict.fromkeys(UNCERTAINTY, np.nan)
-    low, high = bootstrap_interval(y, pred, g, u["resamples"], u["level"], u["seed"])
+        return pred, q | dict.fromkeys(UNCERTAINTY, np.nan) | {"units": len(np.unique(g)), "note": ""}
+    units = len(np.unique(g))
+    if units >= u["min_units"]:
+        low, high = bootstrap_interval(y, pred, g, u["resamples"], u["level"], u["seed"])
+        note = ""
+    else:  # a bootstrap over 2 or 3 units is no interval (3 encoders of one model: [-0.5, -0.5])
+        low, high = np.nan, np.nan
+        note = (f"no interval: {units} held-out {GROUPED_BY.get(protocol, 'models')}, below "
+                f"regress.uncertainty.min_units = {u['min_units']}")
     p = permutation_p_value(reg, X, y, g, splits, protocol, params, random_state, q["spearman"],
                             u["permutations"], weights)
-    return pred, q | {"spearman_low": low, "spearman_high": high, "p_value": p}
+    return pred, q | {"spearman_low": low, "spearman_high": high, "p_value": p, "units": units, "note": note}
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
@@ -545,15 +570,21 @@ def _final_fit(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[
     # Inner CV grouped by model, as in the outer folds; a map of one model can only shuffle.
     est = fit_regressor(reg, X, y, g, "grouped" if len(np.unique(g)) >= 2 else "random", params, random_state,
                         weights=weights)
+    scale, shift = 1.0, 0.0
+    if hasattr(est, "regressor_"):  # fitted on standardised scores: y = pipeline(X) * scale + shift
+        scale, shift = float(est.transformer_.scale_[0]), float(est.transformer_.mean_[0])
+        est = est.regressor_
     search = est.named_steps["search"]
     if not hasattr(search, "best_estimator_"):  # RidgeCV: alpha by its leave-one-out errors, fitted with it
         est.steps[-1] = ("model", search)
-        return (*linear_form(est, X.shape[1]), {"alpha": float(search.alpha_)})
-    est.steps[-1] = ("model", search.best_estimator_)
-    chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
-    if "components__kw_args" in search.best_params_:
-        chosen["pca_components"] = search.best_params_["components__kw_args"]["k"]
-    return (*linear_form(est, X.shape[1]), chosen)
+        chosen = {"alpha": float(search.alpha_)}
+    else:
+        est.steps[-1] = ("model", search.best_estimator_)
+        chosen = {k.removeprefix("model__"): v for k, v in search.best_params_.items() if k != "components__kw_args"}
+        if "components__kw_args" in search.best_params_:
+            chosen["pca_components"] = search.best_params_["components__kw_args"]["k"]
+    w, b = linear_form(est, X.shape[1])
+    return w * scale, b * scale + shift, chosen
 
 
 def fit_final(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
