@@ -147,19 +147,23 @@ def test_a_wrong_key_is_a_clear_error_and_nothing_is_kept(proxy, monkeypatch, tm
 
 @pytest.mark.slow(minutes=1)
 @pytest.mark.parametrize("mode", ["echo-401", "echo-400"])
-def test_a_server_that_echoes_the_key_never_gets_it_into_a_message_or_a_failure_record(proxy, mode, caplog):
+def test_a_server_that_echoes_the_key_never_gets_it_into_a_message_or_a_failure_record(proxy, mode, caplog,
+                                                                                       capsys):
     """Old: a server answering "Incorrect API key provided: Bearer sk-..." put the whole key in the
-    EncmapError, and with on_error: skip in failures.json, the logs and DVC's cache."""
+    EncmapError, and with on_error: skip in failures.json, the logs and DVC's cache. Issue 70: the
+    refusal holds a status code and a fixed reason; the server's words, redacted, go to stderr."""
     from encmap.artifacts.failures import run_model
 
     proxy.mode = mode
-    with pytest.raises(EncmapError, match=r"model 'mini-api': .*Bearer \[redacted\]") as e:
+    with pytest.raises(EncmapError, match=r"model 'mini-api': .*HTTP 40.*(server's words|its words) are in the "
+                                          r"job's log") as e:
         embed_model("mini-api", api_spec(proxy.url), TEXTS)
-    assert KEY not in str(e.value) and KEY[3:] not in str(e.value)
+    assert KEY not in str(e.value) and KEY[3:] not in str(e.value) and "Bearer" not in str(e.value)
+    assert "Bearer [redacted]" in capsys.readouterr().err
     with caplog.at_level(logging.WARNING):
         recorded = run_model("mini-api", "embed", "skip", lambda: embed_model("mini-api", api_spec(proxy.url), TEXTS))
-    assert isinstance(recorded, str) and "Bearer [redacted]" in recorded and KEY not in recorded
-    assert KEY not in caplog.text and proxy.requests >= 2
+    assert isinstance(recorded, str) and "Bearer" not in recorded and KEY not in recorded
+    assert KEY not in caplog.text + capsys.readouterr().err and proxy.requests >= 2
 
 
 @pytest.mark.parametrize("mode, what", [
@@ -184,9 +188,10 @@ def test_a_key_echoed_bare_and_cut_or_spelled_otherwise_reaches_no_message_or_re
                                                                                    TEXTS))
     finally:
         proxy.close()
-    assert proxy.leaks[mode] == 2 and "[redacted]" in str(e.value) and isinstance(recorded, str)
+    err = capsys.readouterr().err
+    assert proxy.leaks[mode] == 2 and "[redacted]" in err and isinstance(recorded, str)  # the words, on stderr
     assert not pieces_in(str(e.value)), str(e.value)
-    assert not pieces_in(recorded + caplog.text + capsys.readouterr().err)
+    assert not pieces_in(recorded + caplog.text + err)
 
 
 def test_redaction_hides_every_spelling_and_every_long_piece_of_the_key_and_nothing_else():
@@ -304,10 +309,11 @@ def test_answers_out_of_order_are_put_back_and_malformed_ones_refused(proxy):
 
 
 @pytest.mark.slow(minutes=1)
-def test_a_refused_input_is_named_by_its_index(proxy):
+def test_a_refused_input_is_named_by_its_index(proxy, capsys):
     proxy.mode, proxy.marker = "reject", TEXTS[13]
-    with pytest.raises(EncmapError, match=r"model 'mini-api': HTTP 400 .* at input 13: .*input rejected"):
+    with pytest.raises(EncmapError, match=r"model 'mini-api': HTTP 400 .* at input 13: the server refused") as e:
         embed_model("mini-api", api_spec(proxy.url), TEXTS)
+    assert "input rejected" not in str(e.value) and "input rejected" in capsys.readouterr().err
 
 
 @pytest.mark.slow(minutes=1)
@@ -421,7 +427,8 @@ def test_a_usage_the_server_gets_wrong_is_refused_and_never_lowers_the_spend(pro
         spec = api_spec(proxy.url, revision=f"r-u{k}",
                         max_tokens=estimate_tokens(TEXTS[:8]) + estimate_tokens(list(PROBES)) + 10)
         proxy.mode, proxy.usage = "usage", bad
-        with pytest.raises(EncmapError, match=rf"the drift probes reports usage.prompt_tokens {re.escape(repr(bad))}, "
+        what = f"{bad}, fewer than" if type(bad) is int else f"a {type(bad).__name__}"
+        with pytest.raises(EncmapError, match=rf"the drift probes reports usage.prompt_tokens {re.escape(what)}.*"
                                               r"not a number of tokens .*the server's error"):
             embed_model("mini-api", spec, TEXTS[:8])
         assert all(isinstance(v, int) and v > 0 for v in json.loads(ledger.read_text()).values())  # the answer counted
@@ -528,7 +535,7 @@ def test_mapped_beside_its_local_twin_it_is_drawn_as_one_and_the_key_is_in_no_fi
     leaked = {str(f.relative_to(tmp_path)): pieces_in(f.read_bytes())[:2] + [KEY] * (KEY.encode() in f.read_bytes())
               for f in files}
     assert not {f: p for f, p in leaked.items() if p}, {f: p for f, p in leaked.items() if p}
-    assert "[redacted]" in (proj / "results/embeddings/leaky-api/failed.json").read_text()
+    assert "in the job's log" in (proj / "results/embeddings/leaky-api/failed.json").read_text()
     assert r.returncode != 0 and "[redacted]" in r.stderr and not pieces_in(r.stdout + r.stderr), r.stderr
     p2 = yaml.safe_load((proj / "params.yaml").read_text())
     p2["models"]["minilm-api"]["base_url"] = server.url.replace("127.0.0.1", "localhost")
@@ -594,7 +601,7 @@ def test_served_answers_are_checked_not_taken_on_trust(proxy, tmp_path):
             ("huge", 1, r"inputs 0-7 holds NaN, inf or values beyond float32"),
             ("huge", 0, r"the drift probes holds NaN, inf or values beyond float32"),
             ("zero", 0, r"the drift probes holds an all-zero vector"),
-            ("null", 1, r"item 7's embedding is NoneType None, not a list of numbers"),
+            ("null", 1, r"item 7's embedding is NoneType, not a list of numbers"),
             ("html", 1, r"HTTP 200 from .* for inputs 0-7 is not an embeddings response"),
             ("html-json", 1, r"HTTP 200 from .* for inputs 0-7 is not an embeddings response")]):
         proxy.mode, proxy.after = mode, proxy.requests + after
@@ -628,7 +635,7 @@ def test_two_endpoints_never_share_vectors_and_bad_input_is_named(server, tmp_pa
         a.close()
         b.close()
     for url in ("https://[::1", "http://127.0.0.1:99999", "http://"):
-        with pytest.raises(EncmapError, match="base_url .* is not a URL the client can call"):
+        with pytest.raises(EncmapError, match="base_url is not a URL the client can call"):
             check_model_spec("m", api_spec(url))
     cache = Path(os.environ["ENCMAP_CACHE"]) / "api"
     (cache / "embeddings.sqlite").write_bytes(b"not a database" * 100)
@@ -643,14 +650,15 @@ def test_two_endpoints_never_share_vectors_and_bad_input_is_named(server, tmp_pa
 
 
 @pytest.mark.slow(minutes=1)
-def test_the_served_model_is_checked_and_an_answer_has_a_total_deadline(server, proxy, monkeypatch):
+def test_the_served_model_is_checked_and_an_answer_has_a_total_deadline(server, proxy, monkeypatch, capsys):
     """Old: real infinity-emb answered a request for text-embedding-3-small with its MiniLM's vectors,
     recorded under that name; a server sending one byte every 5 s kept a request open past 330 s."""
     from encmap.encoders.backends import openai_api
 
-    with pytest.raises(EncmapError, match=r"answered the drift probes with model 'all-MiniLM-L6-v2', not "
-                                          r"'text-embedding-3-small'.*set served_model: 'all-MiniLM-L6-v2'"):
+    with pytest.raises(EncmapError, match=r"answered the drift probes with another model than "
+                                          r"'text-embedding-3-small' \(its name is in the job's log\).*set served_model"):
         embed_model("mini-api", api_spec(server.url, model="text-embedding-3-small"), TEXTS[:8])
+    assert "the server said: all-MiniLM-L6-v2" in capsys.readouterr().err
     ok = embed_model("mini-api", api_spec(server.url, model="text-embedding-3-small", served_model=SERVED), TEXTS[:8])
     assert ok.provenance["served_model"] == SERVED and ok.provenance["api_model"] == "text-embedding-3-small"
     monkeypatch.setattr(openai_api, "REQUEST_DEADLINE_S", 1.5)
@@ -663,3 +671,228 @@ def test_the_served_model_is_checked_and_an_answer_has_a_total_deadline(server, 
     from encmap.encoders.backends.openai_api import ResponseCache, cache_key
 
     assert ResponseCache().get([cache_key(spec, t) for t in TEXTS[:8]]) == {}
+
+
+class Scripted:
+    """A loopback HTTP server that answers every POST with ``answer(handler, body)``: the
+    misbehaviours of issue 70 item 5, each in a few lines, no upstream needed."""
+
+    def __init__(self, answer):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        scripted = self
+        self.requests, self.answer = 0, answer
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *a):
+                pass
+
+            def do_POST(self):
+                scripted.requests += 1
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                scripted.answer(self, body)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def send(handler, code: int, payload: bytes, headers: dict | None = None) -> None:
+    handler.send_response(code)
+    for k, v in {"Content-Type": "application/json", "Content-Length": str(len(payload)), **(headers or {})}.items():
+        handler.send_header(k, v)
+    handler.end_headers()
+    handler.wfile.write(payload)
+
+
+def key_spelled(how: str, key: str = LONG_KEY) -> str:
+    import base64
+
+    return {"entities": "".join(f"&#x{ord(c):x};" for c in key), "hex": key.encode().hex(),
+            "base32": base64.b32encode(key.encode()).decode(), "reversed": key[::-1],
+            "zero-width": "\u200b".join(key), "json-escapes": "".join(f"\\u{ord(c):04x}" for c in key)}[how]
+
+
+@pytest.mark.parametrize("how", ["entities", "hex", "base32", "reversed", "zero-width", "json-escapes"])
+def test_a_key_the_server_echoes_in_any_spelling_reaches_no_refusal_or_record(how, monkeypatch, capsys, caplog):
+    """Issue 70 item 5. Old: a key echoed HTML-entity encoded, hex, base32, reversed or with a zero-width
+    space after every character was quoted unredacted into refusals, failed.json, placeholder HDF5s,
+    qre.h5, logs and DVC's cache. Now a refusal holds a status code and a fixed reason; the server's
+    words go to stderr, normalised (entities, escapes, invisible characters) and then redacted."""
+    from encmap.artifacts.failures import run_model
+
+    monkeypatch.setenv("ENCMAP_TEST_API_KEY", LONG_KEY)
+    echo = key_spelled(how)
+    srv = Scripted(lambda h, body: send(h, 400, json.dumps({"error": {"message": f"bad key {echo}"}}).encode()))
+    try:
+        with pytest.raises(EncmapError, match=r"HTTP 400 from .* the server refused the request \(its words are in "
+                                              r"the job's log\)") as e:
+            embed_model("mini-api", api_spec(srv.url), TEXTS[:4])
+        with caplog.at_level(logging.WARNING):
+            recorded = run_model("mini-api", "embed", "skip", lambda: embed_model("mini-api", api_spec(srv.url),
+                                                                                   TEXTS[:4]))
+    finally:
+        srv.close()
+    for text in (str(e.value), recorded, caplog.text):
+        assert echo[:40] not in text and not pieces_in(text) and "bad key" not in text, text
+    err = capsys.readouterr().err
+    assert "the server said: " in err
+    if how in ("entities", "zero-width", "json-escapes"):  # decoded before redaction: the terminal shows no key
+        assert "[redacted]" in err and not pieces_in(err), err[:500]
+
+
+def test_a_key_where_its_variables_name_goes_or_malformed_is_refused_locally_and_never_repeated(monkeypatch):
+    """Issue 70 item 5. Old: `api_key_env: <the key>` was printed whole by `encmap check`; a key with a
+    stray CR, LF or space (a CRLF .env) was refused by the HTTP library and reported as "no answer ...
+    after 8 retries" 35 s later; one holding `…` broke off with a UnicodeEncodeError."""
+    from encmap.encoders.backends.openai_api import api_key
+    from encmap.encoders.variants import check_model_spec
+    from encmap.params import check_api_keys
+
+    params = {"models": {"mini-api": api_spec("http://127.0.0.1:9", api_key_env=LONG_KEY)}}
+    with pytest.raises(EncmapError, match="api_key_env is not the name of an environment variable") as e:
+        check_api_keys(params)
+    assert not pieces_in(str(e.value))
+    srv = Scripted(lambda h, body: send(h, 500, b"{}"))
+    try:
+        for bad, what in (("\r", "carriage return"), ("\n", "line break"), (" ", "white space"),
+                          ("\u2026", "beyond Latin-1")):
+            monkeypatch.setenv("ENCMAP_TEST_API_KEY", LONG_KEY + bad)
+            t0 = time.monotonic()
+            with pytest.raises(EncmapError, match=rf"the API key in \$ENCMAP_TEST_API_KEY is malformed: it holds .*"
+                                                  rf"{what}.*nothing was sent") as e:
+                embed_model("mini-api", api_spec(srv.url), TEXTS[:4])
+            assert time.monotonic() - t0 < 5 and not pieces_in(str(e.value)) and srv.requests == 0
+            with pytest.raises(EncmapError, match="is malformed"):
+                check_api_keys({"models": {"mini-api": api_spec(srv.url)}})
+            with pytest.raises(EncmapError, match="is malformed"):
+                api_key("mini-api", api_spec(srv.url))
+    finally:
+        srv.close()
+    for key in (LONG_KEY, KEY.replace("-", "")):  # with a "/" in it (the host part ends there) and without
+        monkeypatch.setenv("ENCMAP_TEST_API_KEY", key)
+        for url in (f"http://user:{key}%40host/v1", f"http://{key}%40127.0.0.1/v1", f"http://127.0.0.1:{key}/v1"):
+            said = []
+            for check in (lambda: check_model_spec("mini-api", api_spec(url)),
+                          lambda: check_api_keys({"models": {"mini-api": api_spec(url)}})):
+                try:
+                    check()
+                except EncmapError as e:
+                    said.append(str(e))
+            assert said and all("not repeated here" in m and not pieces_in(m, key) for m in said), (url, said)
+
+
+@pytest.mark.parametrize("case", ["redirect-loop", "bad-location", "usage-0", "huge-message", "gzip-bomb"])
+def test_a_server_that_misbehaves_is_named_for_what_it_did_at_once(case, capsys):
+    """Issue 70 item 5. Old: a redirect loop or an unparsable Location read as "no answer ... after 8
+    retries" after 35 s; a usage of 0 tokens for texts switched max_tokens off; a 5 MB error message
+    was quoted whole; a 300 KB gzip answer inflating to 300 MB was accepted (1.0 GB peak)."""
+    import gzip
+
+    bomb = gzip.compress(b"[" + b" " * (300 << 20) + b"]", 9) if case == "gzip-bomb" else b""
+
+    def answer(h, body):
+        n = len(json.loads(body)["input"])
+        if case == "redirect-loop":
+            send(h, 302, b"", {"Location": h.path})
+        elif case == "bad-location":
+            send(h, 307, b"", {"Location": "http://[::1:bad/v1"})
+        elif case == "usage-0":
+            data = [{"index": i, "embedding": [1.0, float(i + 1), 0.5]} for i in range(n)]
+            send(h, 200, json.dumps({"data": data, "model": SERVED, "usage": {"prompt_tokens": 0}}).encode())
+        elif case == "huge-message":
+            send(h, 400, json.dumps({"error": {"message": "x" * (5 << 20)}}).encode())
+        else:
+            send(h, 200, bomb, {"Content-Encoding": "gzip"})
+
+    srv = Scripted(answer)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EncmapError) as e:
+            embed_model("mini-api", api_spec(srv.url, max_tokens=10 ** 6 if case == "usage-0" else None), TEXTS[:4])
+    finally:
+        srv.close()
+    message, err = str(e.value), capsys.readouterr().err
+    assert time.monotonic() - t0 < 15 and len(message) < 600, (time.monotonic() - t0, message[:300])
+    expect = {"redirect-loop": r"HTTP 302 .* a redirect, which encmap does not follow.*not retried",
+              "bad-location": r"HTTP 307 .* a redirect, which encmap does not follow",
+              "usage-0": r"usage.prompt_tokens 0, fewer than its 8 non-empty inputs",
+              "huge-message": r"HTTP 400 .* the server refused the request",
+              "gzip-bomb": r"larger than [\d,]+ bytes once decoded"}[case]
+    assert re.search(expect, message), message
+    # Nothing retried: each is the server's last word (a 400 is halved to find the input it refuses).
+    assert srv.requests == (4 if case == "huge-message" else 1), srv.requests
+    assert len(err) < 3000, len(err)  # the server's words are cut on the terminal too
+
+
+def test_one_deadline_bounds_a_request_across_its_retries(monkeypatch):
+    """Issue 70 item 5. Old: the deadline was per attempt: a server that accepts and never answers cost 9
+    attempts of 120 s each (about 17 minutes per request, where a refusal within 300 s was promised)."""
+    import threading
+
+    from encmap.encoders.backends import openai_api
+
+    monkeypatch.setattr(openai_api, "REQUEST_DEADLINE_S", 2.0)
+    monkeypatch.setattr(openai_api, "TIMEOUT_S", 0.5)
+    hang = threading.Event()
+    srv = Scripted(lambda h, body: hang.wait(30))  # reads the request, never answers
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(EncmapError, match=r"did not arrive whole within 2 s"):
+            embed_model("mini-api", api_spec(srv.url), TEXTS[:4])
+    finally:
+        hang.set()
+        srv.close()
+    assert time.monotonic() - t0 < 12, time.monotonic() - t0  # 9 attempts of their own 2 s took ~35 s
+
+
+def test_a_killed_calls_sent_tokens_count_and_a_locked_cache_loses_no_paid_answer(server, monkeypatch, tmp_path,
+                                                                                  capsys):
+    """Issue 70 items 5 and 7. Old: what a killed call had already sent never reached spent.json (a job
+    killed again and again spent past max_tokens unseen); an API cache write-locked for more than 60 s
+    sent and paid for the requests, then lost the answers."""
+    import sqlite3
+
+    from encmap.encoders.backends import openai_api
+    from encmap.encoders.backends.openai_api import ResponseCache, _budget_key, spend, tokens_spent
+
+    spec, ledger = api_spec("http://127.0.0.1:9", max_tokens=1000), tmp_path / "spent.json"
+    folder = ledger.with_name("spent.json.held")
+    folder.mkdir()
+    import hashlib
+
+    prefix = hashlib.sha256(_budget_key(spec).encode()).hexdigest()[:16]
+    (folder / f"{prefix}-dead.held").write_text("900 350")  # a call killed after sending 350 of its 900
+    with spend("mini-api", spec, ledger, 10, 1) as used:
+        used[0] = 7
+    assert tokens_spent(spec, ledger) == 350 + 7 and not list(folder.iterdir())
+    # A cache another process holds write-locked: refused before anything is sent.
+    monkeypatch.setattr(openai_api, "LOCK_WAIT_S", 0.5)
+    cache = Path(os.environ["ENCMAP_CACHE"]) / "api" / "embeddings.sqlite"
+    ResponseCache().close()
+    holder = sqlite3.connect(cache)
+    holder.execute("BEGIN IMMEDIATE")
+    p = Proxy(server.url)
+    try:
+        with pytest.raises(EncmapError, match=r"stayed write-locked by another process .* nothing was sent"):
+            embed_model("mini-api", api_spec(p.url), TEXTS[:8])
+        assert p.requests == 0
+        holder.rollback()
+        # Locked once the requests are out (here: every write refused): the answers are used all the same.
+        monkeypatch.setattr(ResponseCache, "put", lambda self, items: (_ for _ in ()).throw(
+            EncmapError(f"{self.path}: the API vectors' cache cannot be written (database is locked)")))
+        got = embed_model("mini-api", api_spec(p.url), TEXTS[:8])
+        assert got.arrays["mini-api__out"].shape == (8, 384) and p.requests >= 2
+        assert "its answers are kept for this run" in capsys.readouterr().err
+    finally:
+        holder.close()
+        p.close()

@@ -152,21 +152,25 @@ def check_mteb_targets(params: dict, where: str = "params") -> None:
 def check_api_keys(params: dict, where: str = "params") -> None:
     """Every ``openai`` model's key variable is set, and its value is nowhere in the model's
     ``base_url`` (the value is never shown)."""
-    unset = [(m, s["api_key_env"]) for m, s in params["models"].items()
-             if s["backend"] == "openai" and not os.environ.get(s["api_key_env"])]
+    from .encoders.backends.openai_api import check_key_env, check_key_form, check_key_not_in_url
+
+    served = {m: s for m, s in params["models"].items() if s["backend"] == "openai"}
+    for m, s in served.items():  # a key written where the variable's name goes: refused, never repeated
+        try:
+            check_key_env(m, s["api_key_env"])
+        except EncmapError as e:
+            raise EncmapError(f"{where}: {e}") from None
+    unset = [(m, s["api_key_env"]) for m, s in served.items() if not os.environ.get(s["api_key_env"])]
     if unset:
         raise EncmapError(f"{where}: model {unset[0][0]!r}: its API key variable {unset[0][1]} (api_key_env) is not set"
                           + (f" (nor are {len(unset) - 1} other models' keys)" if len(unset) > 1 else "")
                           + "; export it before the run")
-    served = {m: s for m, s in params["models"].items() if s["backend"] == "openai"}
-    if served:
-        from .encoders.backends.openai_api import check_key_not_in_url
-
-        for m, s in served.items():
-            try:
-                check_key_not_in_url(m, s, os.environ[s["api_key_env"]])
-            except EncmapError as e:
-                raise EncmapError(f"{where}: {e}") from None
+    for m, s in served.items():
+        try:
+            check_key_form(m, s["api_key_env"], os.environ[s["api_key_env"]])
+            check_key_not_in_url(m, s, os.environ[s["api_key_env"]])
+        except EncmapError as e:
+            raise EncmapError(f"{where}: {e}") from None
 
 
 def check_counts(params: dict, m: int, where: str = "params") -> None:

@@ -114,8 +114,11 @@ def base_url_problem(url: str, key_env: str) -> str | None:
         return "must start with http:// or https:// (it is not repeated here)"
     if re.search(r"\s", url):
         return "holds white space (it is not repeated here)"
+    host = url.split("//", 1)[-1].split("/", 1)[0]
     if "@" in url:
         return f"holds a user name or password (@){where}"
+    if "%" in host:  # user:key%40host: an @ spelled %40 is a user name and password all the same
+        return f"holds a percent-encoded character (such as %40, an @) in its host part{where}"
     if "?" in url:
         return f"holds a query (?...), which the client would append /embeddings to{where}"
     if "#" in url:
@@ -149,14 +152,13 @@ def check_model_spec(model: str, spec: dict) -> None:
             url = urlsplit(spec["base_url"])
             url.port  # noqa: B018 (urllib checks the port only when it is read: 99999 raises)
             ok = bool(url.hostname)
-        except ValueError as e:
-            ok, why = False, str(e)
+        except ValueError:
+            ok, why = False, "its host or port does not parse (a port is a number from 0 to 65535)"
         else:
             why = "no host"
-        if not ok:  # its scheme and host only: a path may hold what is not to be repeated
-            origin = re.match(r"[^/]*//[^/]*", spec["base_url"]).group()
-            raise EncmapError(f"model {model!r}: base_url {origin!r} is not a URL the client can call "
-                              f"({why}); e.g. https://api.openai.com/v1 or http://127.0.0.1:7997")
+        if not ok:  # nothing of the URL is quoted: its host part may hold what is not to be repeated
+            raise EncmapError(f"model {model!r}: base_url is not a URL the client can call ({why}; it is not "
+                              "repeated here); e.g. https://api.openai.com/v1 or http://127.0.0.1:7997")
     if spec["backend"] == "control" and spec.get("rank") is not None and spec["rank"] >= spec["dim"]:
         raise EncmapError(f"model {model!r}: rank {spec['rank']} must be below dim: {spec['dim']} "
                           "(null for full rank)")

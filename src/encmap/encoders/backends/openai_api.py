@@ -8,19 +8,28 @@ paying user of a map needs:
 - **A cache on disk** (:class:`ResponseCache`, SQLite in ``$ENCMAP_CACHE/api``): every returned
   vector under (model, revision, dimensions, text), written batch by batch as responses arrive,
   so an interrupted run resumes without paying twice and a rerun sends only what it lacks.
-- **Refusals that name the problem**: a key variable that is not set, or a ``base_url`` that
-  holds a key (never repeated); a 401/403 (the key's variable named, never the key); any other
-  4xx (the server's message and the index of the first offending input, found by halving the
-  failing batch); a response of another length, indices out of range or repeated, vectors of
-  another width or not finite; an answer not whole within :data:`REQUEST_DEADLINE_S`. Whatever a
-  server says is :func:`redact`-ed of the key in every spelling before it is quoted. Nothing is
-  cached from a refused response, and the embed step writes nothing for a model that fails.
+- **Refusals that name the problem**: a key variable that is not set, not a variable's name (a key
+  written there), or a key the HTTP layer cannot send (a stray CR, LF or space, a character beyond
+  Latin-1): refused before any request, the key never repeated; a ``base_url`` that holds a key;
+  a 401/403 (the key's variable named); any other 4xx (the index of the first offending input,
+  found by halving the failing batch); a redirect (not followed, not retried); a response of
+  another length, indices out of range or repeated, vectors of another width or not finite, a
+  token count below one per input; an answer larger than the vectors asked for can take (refused
+  as it arrives, gzip inflated or not); an answer not whole within :data:`REQUEST_DEADLINE_S`, one
+  deadline for a request and all its retries. A refusal holds a status code and a fixed reason:
+  whatever a server says goes, normalised and :func:`redact`-ed of the key, to stderr only (the
+  terminal, the job's log: :func:`said`), never into a refusal that reaches failure records,
+  placeholder artifacts or DVC's cache. Nothing is cached from a refused response, and the embed
+  step writes nothing for a model that fails.
 - **Order**: vectors are placed by the ``index`` each one carries, whatever order they come in.
 - **Cost**: tokens used are summed from the responses' ``usage`` (provenance and log; a count
   that is not an integer ≥ 0 is refused); with ``max_tokens`` the texts still to send are
   estimated (4 characters per token, rounded up) and refused before anything is sent when the
   entry's spend, the estimates held by its calls running now and this estimate exceed it
-  (:func:`spend`: checked and held in one step across processes).
+  (:func:`spend`: checked and held in one step across processes); a call killed after sending
+  leaves what it sent in its hold, counted as spent by the next call. A cache write-locked by
+  another process is refused before anything is sent; answers it cannot take once sent are used
+  all the same, and written at the run's end if it can.
 - **Drift** (:func:`check_drift`): a served model can change under the same name. The
   embeddings of :data:`PROBES` are fetched fresh with every run that sends anything, fingerprinted (sha256 of the unit
   vectors rounded to :data:`FINGERPRINT_DIGITS` decimals) and compared with the first ones
@@ -82,6 +91,12 @@ LOCK_WAIT_S = 60.0
 #: a piece left behind has at most 7 characters (42 bits of a key with 128 or more random bits, no
 #: foothold for guessing the rest). The public prefix of OpenAI's project keys is 8 and is hidden too.
 KEY_PIECE = 8
+#: Characters of a server's words quoted on the terminal and in the job's log (never in an artifact).
+QUOTE_CHARS = 2000
+#: Bytes an answer may hold once decoded, per number it should carry (an embeddings response spends
+#: ~20 characters per float in JSON), and the width assumed when none is known yet: a small gzip
+#: answer that inflates to hundreds of MB is refused as it arrives, before it is held.
+BYTES_PER_NUMBER, WIDEST = 48, 16384
 #: Characters per token in the budget's estimate (OpenAI's rule of thumb for English).
 CHARS_PER_TOKEN = 4
 #: Fixed probe sentences whose embeddings fingerprint the served model.
@@ -109,12 +124,39 @@ def api_key(model: str, spec: dict) -> str:
     if problem:
         raise EncmapError(f"model {model!r}: base_url {problem}")
     var = spec["api_key_env"]
+    check_key_env(model, var)
     key = os.environ.get(var)
     if not key:
         raise EncmapError(f"model {model!r}: the environment variable {var} (api_key_env) that holds its API key is "
                           "not set; export it before the run")
+    check_key_form(model, var, key)
     check_key_not_in_url(model, spec, key)
     return key
+
+
+def check_key_env(model: str, var: str) -> None:
+    """``api_key_env`` must be a variable's name; a key written there is refused without repeating it."""
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]{0,127}", var or ""):
+        raise EncmapError(f"model {model!r}: api_key_env is not the name of an environment variable (letters, digits "
+                          "and _ only; it may be the key itself, which belongs in that variable: it is not repeated "
+                          "here); e.g. api_key_env: OPENAI_API_KEY")
+
+
+def check_key_form(model: str, var: str, key: str) -> None:
+    """A key the HTTP layer cannot send (a stray CR, LF, space or tab from a CRLF .env or a bad paste,
+    a character beyond Latin-1 such as an ellipsis) is refused here, naming its variable, before any
+    request: the client refuses it locally, and the retries then read as a server that never answered."""
+    problems = [what for what, bad in (("a carriage return (a CRLF .env file?)", "\r" in key),
+                                       ("a line break", "\n" in key),
+                                       ("white space", any(c in key for c in " \t\v\f")),
+                                       ("a character an HTTP header cannot carry (beyond Latin-1, e.g. …)",
+                                        any(ord(c) > 255 for c in key)),
+                                       ("a control character", any(ord(c) < 32 or 127 <= ord(c) < 160
+                                                                   for c in key if c not in "\r\n\t\v\f")))
+                if bad]
+    if problems:
+        raise EncmapError(f"model {model!r}: the API key in ${var} is malformed: it holds {', '.join(problems)}; "
+                          "fix the variable (the key is not repeated here); nothing was sent")
 
 
 def check_key_not_in_url(model: str, spec: dict, key: str) -> None:
@@ -167,6 +209,34 @@ def redact(text: str, key: str | None) -> str:
             text = "".join("[redacted]" if m.group()[0] else text[m.start():m.end()]
                            for m in re.finditer(rb"\x01+|\x00+", bytes(hidden)))
     return re.sub(r"(?i)\bBearer\s+[^\s\"',;]+", "Bearer [redacted]", text)
+
+
+def normalise(text: str) -> str:
+    """A server's words as a reader sees them, before :func:`redact` looks for the key: HTML entities
+    (``&#x73;``) and escapes (``\\u0073``, ``\\x73``, ``%73``) decoded, invisible characters (zero-width
+    spaces, joiners, direction marks: Unicode's format and control characters but line breaks and tabs)
+    dropped."""
+    import html
+    import unicodedata
+    from urllib.parse import unquote
+
+    for _ in range(3):  # an entity of an escape, an escape of an entity: until nothing changes
+        was = text
+        text = html.unescape(text)
+        text = re.sub(r"\\u([0-9a-fA-F]{4})|\\x([0-9a-fA-F]{2})",
+                      lambda m: chr(int(m.group(1) or m.group(2), 16)), text)
+        text = unquote(text)
+        if text == was:
+            break
+    return "".join(c for c in text if c in "\n\t" or unicodedata.category(c) not in ("Cf", "Cc", "Co", "Cs", "Zl", "Zp"))
+
+
+def said(where: str, words: str, key: str | None) -> None:
+    """A server's words, normalised, redacted and cut to :data:`QUOTE_CHARS`, on stderr: the terminal
+    and the job's log. Never in a refusal's text, which reaches failure records, placeholder
+    artifacts, the feature matrix's records and DVC's cache: those hold a status code and a fixed
+    reason, however a server spells a key it echoes (hex, base32, reversed...)."""
+    print(f"encmap: {where}; the server said: {_quote(normalise(words), QUOTE_CHARS, key)}", file=sys.stderr)
 
 
 def _quote(text: str, n: int, key: str | None) -> str:
@@ -236,8 +306,23 @@ class ResponseCache:
 
     def put(self, items: dict[str, np.ndarray]) -> None:
         rows = [(k, int(v.shape[0]), np.asarray(v, dtype=np.float32).tobytes()) for k, v in items.items()]
-        with self.lock, self.db:
-            self.db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", rows)
+        try:
+            with self.lock, self.db:
+                self.db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?, ?)", rows)
+        except sqlite3.DatabaseError as e:
+            raise EncmapError(f"{self.path}: the API vectors' cache cannot be written ({e})") from None
+
+    def check_writable(self) -> None:
+        """Refuse, before anything is sent, a cache another process holds write-locked past
+        :data:`LOCK_WAIT_S`: answers paid for could not be kept."""
+        try:
+            with self.lock:
+                self.db.execute("BEGIN IMMEDIATE")
+                self.db.rollback()
+        except sqlite3.DatabaseError as e:
+            raise EncmapError(f"{self.path}: the API vectors' cache stayed write-locked by another process for "
+                              f"{LOCK_WAIT_S:g} s ({e}); nothing was sent (answers paid for could not be kept): run "
+                              "again once the other encmap job is done, or stop the process that holds it") from None
 
     def close(self) -> None:
         self.db.close()
@@ -353,8 +438,10 @@ class _DeadlineBackend:
 
 
 def _start_deadline(request) -> None:
-    """httpx's request hook: each attempt (a retry of the client's too) gets its own deadline."""
-    _DEADLINE.at = time.monotonic() + REQUEST_DEADLINE_S
+    """httpx's request hook: a request's first attempt starts its deadline, which its retries share
+    (:meth:`Fetcher.call` clears it once the request is answered or refused)."""
+    if _DEADLINE.at is None:
+        _DEADLINE.at = time.monotonic() + REQUEST_DEADLINE_S
 
 
 def _bound_by_deadline(http) -> bool:
@@ -379,7 +466,11 @@ def _client(spec: dict, key: str):
         import openai
     except ImportError:
         raise EncmapError("backend openai needs the openai package (pip install openai)") from None
-    client = openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S)
+    # A redirect is answered, not followed: a loop or a Location that does not parse would read as a
+    # server that never answered after every retry; the 3xx is refused at once (base_url is to be fixed).
+    http = openai.DefaultHttpxClient(follow_redirects=False, timeout=TIMEOUT_S)
+    client = openai.OpenAI(base_url=spec["base_url"], api_key=key, max_retries=MAX_RETRIES, timeout=TIMEOUT_S,
+                           http_client=http)
     if not _bound_by_deadline(client._client):
         log.warning("the openai client's HTTP transport is not httpx's as encmap knows it: a request's deadline "
                     "(%.0f s) bounds its body only, not its connection, status line and headers", REQUEST_DEADLINE_S)
@@ -387,10 +478,11 @@ def _client(spec: dict, key: str):
 
 
 def _vectors(model: str, response, count: int, width: int | None, first: int | None,
-             key: str | None) -> tuple[np.ndarray, int | None]:
+             key: str | None, texts: list[str] | None = None) -> tuple[np.ndarray, int | None]:
     """The response's vectors (count, d) in input order, checked; its tokens (None if not reported).
     ``first``: the index of the batch's first input (None: the drift probes); ``key``: redacted
-    from what a refusal quotes."""
+    from the server's words on stderr; ``texts``: the inputs (a count below one token per
+    non-empty input is refused)."""
     data = list(response.data)
     what = "the drift probes" if first is None else f"inputs {first}-{first + count - 1}"
     where = f"model {model!r}: the endpoint's response to {what}"
@@ -415,10 +507,15 @@ def _vectors(model: str, response, count: int, width: int | None, first: int | N
         raise EncmapError(f"{where} holds an all-zero vector; refused (a probe answer never becomes the reference)")
     usage = getattr(response, "usage", None)
     tokens = getattr(usage, "prompt_tokens", None) if usage is not None else None
-    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < 0):
-        # Added to the entry's spend, a negative count would switch its budget off.
-        raise EncmapError(f"{where} reports usage.prompt_tokens {_quote(repr(tokens), 40, key)}, not a number of tokens (an integer "
-                          "≥ 0): the server's error; refused (nothing from it is kept; its tokens are counted as "
+    least = sum(1 for t in texts if t) if texts is not None else 1
+    if tokens is not None and (not isinstance(tokens, int) or isinstance(tokens, bool) or tokens < least):
+        # Added to the entry's spend, a negative count would switch its budget off, and 0 for texts
+        # that are not empty would stop it counting: both are impossible, as is a count not an integer.
+        said(f"{where}: usage.prompt_tokens", repr(tokens), key)
+        what = (f"{tokens}, fewer than its {least} non-empty inputs" if isinstance(tokens, int)
+                and not isinstance(tokens, bool) else f"a {type(tokens).__name__}")
+        raise EncmapError(f"{where} reports usage.prompt_tokens {what}, not a number of tokens these inputs can "
+                          "take: the server's error; refused (nothing from it is kept; its tokens are counted as "
                           "estimated)")
     return E, tokens
 
@@ -440,26 +537,33 @@ def _embedding(where: str, i: int, value, key: str | None) -> list | np.ndarray:
         return np.frombuffer(raw, dtype="<f4")
     if not isinstance(value, (list, tuple)) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
                                                        for x in value):
-        said = " " + _quote(repr(value), 60, key) if value is None or isinstance(value, (list, tuple)) else ""
-        raise EncmapError(f"{where}: item {i}'s embedding is {type(value).__name__}{said}, "
+        said(f"{where}: item {i}'s embedding", repr(value), key)
+        raise EncmapError(f"{where}: item {i}'s embedding is {type(value).__name__}, "
                           "not a list of numbers; refused (nothing from it is kept)")
     return value
 
 
-def _refusal(model: str, spec: dict, e, first: int) -> EncmapError:
-    """An API error as an EncmapError naming the model, the status and what to do (never the key)."""
+def _refusal(model: str, spec: dict, e, first: int | str, key: str | None = None) -> EncmapError:
+    """An API error as an EncmapError naming the model, the status and what to do: a status code and
+    a fixed reason; the server's own words go to stderr only (:func:`said`)."""
     import openai
 
     status = getattr(e, "status_code", None)
-    message = getattr(e, "message", None) or str(e)
+    at = first if isinstance(first, str) else f"input {first}"
+    said(f"model {model!r}: {type(e).__name__} from {spec['base_url']} at {at}", getattr(e, "message", None) or str(e),
+         key)
     if isinstance(e, (openai.AuthenticationError, openai.PermissionDeniedError)):
         return EncmapError(f"model {model!r}: the endpoint {spec['base_url']} refused the key in ${spec['api_key_env']} "
-                           f"(HTTP {status}: {message}); nothing was written")
+                           f"(HTTP {status}); nothing was written (the server's words are in the job's log)")
+    if isinstance(e, openai.APIStatusError) and 300 <= (status or 0) < 400:
+        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at {at}: a redirect, which encmap "
+                           "does not follow; set base_url to the address it points to (in the job's log); not retried")
     if isinstance(e, openai.APIStatusError):
-        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at "
-                           f"{first if isinstance(first, str) else f'input {first}'}: {message}")
+        return EncmapError(f"model {model!r}: HTTP {status} from {spec['base_url']} at {at}: the server refused the "
+                           "request (its words are in the job's log)")
+    cause = e.__cause__ or e.__context__
     return EncmapError(f"model {model!r}: no answer from {spec['base_url']} after {MAX_RETRIES} retries "
-                       f"({type(e).__name__}: {message})")
+                       f"({type(e).__name__}{f' / {type(cause).__name__}' if cause else ''})")
 
 
 def _first_bad(call, texts: list[str], first: int):
@@ -480,8 +584,10 @@ def _first_bad(call, texts: list[str], first: int):
 class Fetcher:
     """Sends the batches of one model (concurrently, rate-limited), checks and caches the answers."""
 
-    def __init__(self, model: str, spec: dict, cache: ResponseCache):
+    def __init__(self, model: str, spec: dict, cache: ResponseCache, on_send=None):
         self.model, self.spec, self.cache = model, spec, cache
+        self.on_send = on_send or (lambda tokens: None)  # the budget's hold: what has been sent so far
+        self.unsaved: dict[str, np.ndarray] = {}  # answers the cache could not take (kept for this run)
         self.key = api_key(model, spec)
         self.client = _client(spec, self.key)
         self.limit = RateLimit(spec["rate_limit"])
@@ -499,20 +605,27 @@ class Fetcher:
         trips the client's per-read timeout) and parsed here: the protocol's fields or a refusal
         naming the model, the status and what was wrong."""
         self.limit.wait()
+        self.on_send(estimate_tokens(texts))  # sent, and maybe billed, however the call ends
         kw = {"dimensions": self.spec["dimensions"]} if self.spec["dimensions"] is not None else {}
         with self.lock:
             self.requests += 1
         deadline = time.monotonic() + REQUEST_DEADLINE_S  # the body's, should the transport not be bounded
+        _DEADLINE.at = deadline  # one deadline for the request, its retries included
         where = f"model {self.model!r}: the answer of {self.spec['base_url']} to {what}"
+        cap = BYTES_PER_NUMBER * len(texts) * (self.width or WIDEST) + (1 << 20)
         body = None
         try:
             with self.client.embeddings.with_streaming_response.create(
                     model=self.spec["model"], input=texts, encoding_format="float", **kw) as raw:
                 status, ctype, body = raw.status_code, raw.headers.get("content-type", ""), bytearray()
-                for chunk in raw.iter_bytes():
+                for chunk in raw.iter_bytes():  # decoded (gzip inflated) as it arrives
                     body += chunk
                     if time.monotonic() > deadline:
                         raise RequestDeadline
+                    if len(body) > cap:
+                        raise EncmapError(f"{where} is larger than {cap:,} bytes once decoded, more than "
+                                          f"{len(texts)} embeddings can take; refused as it arrived, not retried "
+                                          "(nothing from it is kept)")
         except RequestDeadline:
             got = "its status line and headers incomplete" if body is None else f"{len(body)} bytes of its body so far"
             raise EncmapError(f"{where} did not arrive whole within {REQUEST_DEADLINE_S:.0f} s ({got}); refused, "
@@ -524,7 +637,8 @@ class Fetcher:
 
             if isinstance(e, openai.APIError):
                 raise
-            raise EncmapError(f"{where} broke off ({type(e).__name__}: {e}); refused (nothing from it is kept)") from None
+            said(f"{where} broke off", f"{type(e).__name__}: {e}", self.key)
+            raise EncmapError(f"{where} broke off ({type(e).__name__}); refused (nothing from it is kept)") from None
         finally:
             _DEADLINE.at = None
         return _parse(f"model {self.model!r}: HTTP {status} from {self.spec['base_url']} for {what}", bytes(body),
@@ -540,17 +654,21 @@ class Fetcher:
         except openai.APIStatusError as e:
             if 400 <= (e.status_code or 0) < 500 and e.status_code not in (401, 403, 429) and len(texts) > 1:
                 bad, err = _first_bad(self.call, texts, first or 0)
-                raise _refusal(self.model, self.spec, err or e, bad) from None
-            raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes") from None
+                raise _refusal(self.model, self.spec, err or e, bad, self.key) from None
+            raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes",
+                           self.key) from None
         except openai.APIError as e:  # connection errors and timeouts, once the client's retries are spent
-            raise _refusal(self.model, self.spec, e, first) from None
+            raise _refusal(self.model, self.spec, e, first if first is not None else "the drift probes",
+                           self.key) from None
         expected = self.spec["served_model"] or self.spec["model"]
         if response.model is not None and response.model != expected:
-            raise EncmapError(f"model {self.model!r}: {self.spec['base_url']} answered {what} with model "
-                              f"{response.model!r}, not {expected!r}; refused (nothing from it is kept). If that is "
-                              f"the model you mean, set served_model: {response.model!r} in its entry")
+            said(f"model {self.model!r}: {self.spec['base_url']} answered {what} with another model than {expected!r}; "
+                 "if it is the model you mean, set served_model to its name in the entry", response.model, self.key)
+            raise EncmapError(f"model {self.model!r}: {self.spec['base_url']} answered {what} with another model than "
+                              f"{expected!r} (its name is in the job's log); refused (nothing from it is kept). If "
+                              "that is the model you mean, set served_model to its name in the entry")
         try:
-            E, tokens = _vectors(self.model, response, len(texts), self.width, first, self.key)
+            E, tokens = _vectors(self.model, response, len(texts), self.width, first, self.key, texts)
         except EncmapError:
             with self.lock:  # an answer arrived, and may be billed, however wrong: it counts against the budget
                 self.spent += estimate_tokens(texts)
@@ -564,7 +682,15 @@ class Fetcher:
             else:
                 self.tokens += tokens
         if keep:
-            self.cache.put({cache_key(self.spec, t): e for t, e in zip(texts, E)})
+            items = {cache_key(self.spec, t): e for t, e in zip(texts, E)}
+            try:
+                self.cache.put(items)
+            except EncmapError as err:  # paid for: used in this run all the same, and said
+                with self.lock:
+                    if not self.unsaved:
+                        print(f"encmap: model {self.model!r}: {err}; its answers are kept for this run and "
+                              "written to the cache at its end if it can take them", file=sys.stderr)
+                    self.unsaved.update(items)
         return E
 
 
@@ -575,11 +701,12 @@ def _parse(where: str, body: bytes, ctype: str, key: str | None) -> SimpleNamesp
     try:
         doc = json.loads(body)
     except (ValueError, UnicodeDecodeError):
-        said, kind = _quote(body.decode("utf-8", "replace"), 60, key), _quote(ctype, 80, key) or "no content type"
-        raise EncmapError(f"{where} is not an embeddings response: not JSON ({kind}, {said!r}); refused (nothing from "
-                          "it is kept)") from None
+        said(f"{where} ({ctype.split(';')[0].strip()[:40] or 'no content type'})", body.decode("utf-8", "replace"), key)
+        raise EncmapError(f"{where} is not an embeddings response: not JSON (its words are in the job's log); "
+                          "refused (nothing from it is kept)") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("data"), list):
-        raise EncmapError(f"{where} is not an embeddings response: no 'data' list ({_quote(str(doc), 80, key)!r}); "
+        said(where, body.decode("utf-8", "replace"), key)
+        raise EncmapError(f"{where} is not an embeddings response: no 'data' list (its words are in the job's log); "
                           "refused (nothing from it is kept)")
     items = [SimpleNamespace(index=d.get("index"), embedding=d.get("embedding")) if isinstance(d, dict)
              else SimpleNamespace(index=None, embedding=None) for d in doc["data"]]
@@ -614,23 +741,26 @@ def tokens_spent(spec: dict, ledger: Path) -> int:
                           "start the count again") from None
 
 
-def _held_tokens(folder: Path, prefix: str) -> int:
-    """Tokens that running calls of an entry hold (:func:`spend`); a holder that died is dropped.
-    Call under the ledger's lock."""
+def _held_tokens(folder: Path, prefix: str) -> tuple[int, int]:
+    """Tokens that running calls of an entry hold (:func:`spend`: each hold's ``need``), and those
+    that calls which died had sent (each hold's ``sent``, estimated as the requests went out): a
+    holder that died is dropped, what it sent counted as spent. Call under the ledger's lock."""
     from ...device import try_lock
 
-    held = 0
+    held = dead = 0
     for path in folder.glob(f"{prefix}-*.held"):
         fd = try_lock(path)
+        try:
+            need, sent = ([int(x) for x in path.read_text().split()] + [0, 0])[:2]
+        except (ValueError, OSError):  # a foreign file counts as 0
+            need = sent = 0
         if fd is not None:  # nobody holds it: its call ended without settling (killed)
             path.unlink(missing_ok=True)
             os.close(fd)
+            dead += max(0, sent)
             continue
-        try:
-            held += int(path.read_text() or 0)
-        except ValueError:  # written under the same lock, so never half-written; a foreign file counts as 0
-            continue
-    return held
+        held += max(0, need)
+    return held, dead
 
 
 @contextmanager
@@ -648,13 +778,17 @@ def spend(model: str, spec: dict, ledger: Path, need: int | None, count: int) ->
 
     from ...device import try_lock
 
-    lock, used, mine, fd = FileLock(str(ledger) + ".lock"), [0], None, None
+    lock, mine, fd = FileLock(str(ledger) + ".lock"), None, None
+    used = _Hold()
     if need is not None:
         folder = ledger.with_name(ledger.name + ".held")
         folder.mkdir(parents=True, exist_ok=True)
         prefix = hashlib.sha256(_budget_key(spec).encode()).hexdigest()[:16]
         with lock:
-            spent, held = tokens_spent(spec, ledger), _held_tokens(folder, prefix)
+            held, dead = _held_tokens(folder, prefix)
+            if dead:  # calls killed after sending: what they sent may be billed
+                _add_spent(spec, ledger, dead)
+            spent = tokens_spent(spec, ledger)
             if spent + held + need > spec["max_tokens"]:
                 running = f" and {held:,} tokens held by calls of this entry running now" if held else ""
                 raise EncmapError(f"model {model!r}: about {need:,} tokens to send for {count:,} texts not in the "
@@ -663,7 +797,7 @@ def spend(model: str, spec: dict, ledger: Path, need: int | None, count: int) ->
                                   f"max_tokens {spec['max_tokens']:,}; nothing was sent")
             mine = folder / f"{prefix}-{uuid.uuid4().hex}.held"
             fd = try_lock(mine)
-            os.write(fd, str(need).encode())
+            used.start(fd, need)
     try:
         yield used
     finally:
@@ -674,17 +808,43 @@ def spend(model: str, spec: dict, ledger: Path, need: int | None, count: int) ->
 def _settle(spec: dict, ledger: Path, lock, tokens: int, hold: Path | None, fd: int | None) -> None:
     """Add ``tokens`` to the entry's count and drop its hold in one step under ``lock`` (never
     counted twice, nor not at all, by a call checking meanwhile)."""
-    from ...io import replace_shared_text
-
     ledger.parent.mkdir(parents=True, exist_ok=True)
     with lock:
         if tokens:
-            counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
-            counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
-            replace_shared_text(ledger, json.dumps(counts, sort_keys=True))
+            _add_spent(spec, ledger, tokens)
         if hold is not None:
             hold.unlink(missing_ok=True)
             os.close(fd)
+
+
+def _add_spent(spec: dict, ledger: Path, tokens: int) -> None:
+    """Add ``tokens`` to the entry's count in ``ledger``. Call under the ledger's lock."""
+    from ...io import replace_shared_text
+
+    counts = json.loads(ledger.read_text()) if ledger.is_file() else {}
+    counts[_budget_key(spec)] = int(counts.get(_budget_key(spec), 0)) + int(tokens)
+    replace_shared_text(ledger, json.dumps(counts, sort_keys=True))
+
+
+class _Hold(list):
+    """What :func:`spend` yields: ``[tokens the call used]``, set as it ends; :meth:`sent` keeps the
+    tokens of the requests sent so far in the call's hold file (``<need> <sent>``), so that a call
+    killed after sending leaves them to be counted (:func:`_held_tokens`)."""
+
+    def __init__(self):
+        super().__init__([0])
+        self.fd, self.need, self.total, self.lock = None, 0, 0, threading.Lock()
+
+    def start(self, fd: int, need: int) -> None:
+        self.fd, self.need = fd, need
+        os.write(fd, f"{need} 0".encode())
+
+    def sent(self, tokens: int) -> None:
+        with self.lock:
+            self.total += tokens
+            if self.fd is not None:
+                text = f"{self.need} {self.total}".encode()
+                os.pwrite(self.fd, text.ljust(40), 0)  # one write in place, never shorter than before
 
 
 def estimate_tokens(texts: list[str]) -> int:
@@ -753,12 +913,16 @@ def embed(model: str, spec: dict, texts: list[str], device: str, threads: int | 
     (default under ``$ENCMAP_CACHE/api``)."""
     try:
         return _embed(model, spec, texts, cache, fingerprints)
-    except Exception as e:  # every word a server or a library said, without the key
+    except Exception as e:  # a library's words may hold a server's: to stderr, not into the refusal
         key = os.environ.get(spec["api_key_env"])
-        text = str(e) if isinstance(e, EncmapError) else f"model {model!r}: {type(e).__name__}: {e}"
-        if isinstance(e, EncmapError) and redact(text, key) == text:
-            raise
-        raise EncmapError(redact(text, key)) from None
+        if isinstance(e, EncmapError):
+            text = str(e)
+            if redact(normalise(text), key) == normalise(text):
+                raise
+            raise EncmapError(redact(normalise(text), key)) from None
+        said(f"model {model!r}: {type(e).__name__} while fetching its vectors", str(e), key)
+        raise EncmapError(f"model {model!r}: {type(e).__name__} while fetching its vectors from "
+                          f"{spec['base_url']} (the details are in the job's log)") from None
 
 
 def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None,
@@ -777,12 +941,20 @@ def _embed(model: str, spec: dict, texts: list[str], cache: ResponseCache | None
         # The budget is the entry's, across every call (embed, evaluate, place), the probes included.
         need = (estimate_tokens([texts[i] for i in todo]) + estimate_tokens(list(PROBES))
                 if spec["max_tokens"] is not None and todo else None)
+        if todo:
+            cache.check_writable()  # answers paid for must have somewhere to go
         with spend(model, spec, ledger, need, len(todo)) as used:
-            fetch = Fetcher(model, spec, cache)
+            fetch = Fetcher(model, spec, cache, on_send=used.sent)
             try:
                 return _fetch_all(model, spec, texts, keys, have, todo, fetch, fingerprints)
             finally:
                 used[0] = fetch.spent
+                if fetch.unsaved:
+                    try:
+                        cache.put(fetch.unsaved)
+                    except EncmapError as e:
+                        print(f"encmap: model {model!r}: {len(fetch.unsaved):,} answers were used but not cached "
+                              f"({e}); a rerun sends them again", file=sys.stderr)
     finally:
         if own:
             cache.close()
