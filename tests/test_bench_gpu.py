@@ -1,5 +1,5 @@
-"""benchmarks/bench_gpu.py runs end to end, and its ratios are what it measured: packed by
-benchmarks/gpu_pack.sh and run by the pack's run.sh, as on a lent GPU machine, under an imitation
+"""benchmarks/gpu/bench_gpu.py runs end to end, and its ratios are what it measured: packed by
+benchmarks/gpu/gpu_pack.sh and run by the pack's run.sh, as on a lent GPU machine, under an imitation
 of that machine's Python (only torch, transformers, sentence-transformers, h5py, scipy,
 scikit-learn and pytest importable), here on the CPU and small."""
 
@@ -19,7 +19,7 @@ def test_the_gpu_pack_runs_on_a_bare_machine_and_its_ratios_are_its_timings(tmp_
     sentences = write_user_file(tmp_path / "s.txt", 80)
     pack = tmp_path / "pack"
     env = dict(os.environ, GPU_PACK_DEST=str(pack), PYTHON=str(BIN / "python"))
-    r = subprocess.run(["bash", str(REPO / "benchmarks/gpu_pack.sh"), str(sentences)], env=env,
+    r = subprocess.run(["bash", str(REPO / "benchmarks/gpu/gpu_pack.sh"), str(sentences)], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert sum(f.stat().st_size for f in pack.rglob("*") if f.is_file()) < 64 * 2**20  # the device's carry
@@ -69,7 +69,7 @@ def test_a_cut_short_run_keeps_what_it_measured(tmp_path):
     what came before is there, and the summary says the run was cut short."""
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks/bench_gpu.py")
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks/gpu/bench_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     res = {"card": "test", "embed": {"m": {"encode": {"seconds": 1.0, "load_seconds": 0.5},
@@ -94,7 +94,7 @@ def test_the_big_models_have_their_published_sizes():
     import torch
     import transformers
 
-    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks/bench_gpu.py")
+    spec = importlib.util.spec_from_file_location("bench_gpu", REPO / "benchmarks/gpu/bench_gpu.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     want = {"mistral-7b": 7_241_732_096 - 32_000 * 4096, "qwen2-1.5b": 1_543_268_864}
@@ -124,7 +124,7 @@ def test_the_workflow_pack_runs_snakemake_on_a_bare_machine(tmp_path):
     pack = tmp_path / "pack"
     env = dict(os.environ, GPU_PACK_DEST=str(pack), PYTHON=str(BIN / "python"), GPU_PACK_WORKFLOW="1",
                GPU_WHEELS=str(REPO / ".gpu-wheels"))
-    r = subprocess.run(["bash", str(REPO / "benchmarks/gpu_pack.sh"), str(sentences)], env=env,
+    r = subprocess.run(["bash", str(REPO / "benchmarks/gpu/gpu_pack.sh"), str(sentences)], env=env,
                        capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-3000:]
     size = sum(f.stat().st_size for f in pack.rglob("*") if f.is_file())
@@ -144,7 +144,7 @@ def test_the_workflow_pack_runs_snakemake_on_a_bare_machine(tmp_path):
     assert res["ok"] and g["jobs"] == 34 and g["encoders"] == 11 and g["embed_device_kinds"] == ["cpu"]
     assert g["gpu_jobs_at_once"] == 1  # declared, one at a time (no card here: auto resolves to the CPU)
 
-    spec = importlib.util.spec_from_file_location("gpu_workflow", REPO / "benchmarks/gpu_workflow.py")
+    spec = importlib.util.spec_from_file_location("gpu_workflow", REPO / "benchmarks/gpu/gpu_workflow.py")
     wf = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(wf)
     same = wf.compare(work / "gpu", work / "gpu")

@@ -1,4 +1,4 @@
-"""benchmarks/rule_times.py sums each rule's job times from a Snakemake log."""
+"""benchmarks/tools/rule_times.py sums each rule's job times from a Snakemake log."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ localrule map:
 
 
 def test_each_rule_sums_its_finished_jobs_start_to_finish():
-    spec = importlib.util.spec_from_file_location("rule_times", REPO / "benchmarks/rule_times.py")
+    spec = importlib.util.spec_from_file_location("rule_times", REPO / "benchmarks/tools/rule_times.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     # embed: 28 s (jobid 7) + 120 s (jobid 4); pip across midnight: 5 h 29 min 30 s; map never finished.

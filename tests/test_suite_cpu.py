@@ -1,4 +1,4 @@
-"""benchmarks/suite_cpu.py counts every Python process a command starts, grouped by kind."""
+"""benchmarks/tools/suite_cpu.py counts every Python process a command starts, grouped by kind."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_every_python_process_is_counted_with_its_cpu(tmp_path):
     parent.write_text(burn.format(s=0.3) + "import subprocess, sys\n"
                       + f"for _ in range(2): subprocess.run([sys.executable, '-c', {burn.format(s=0.2)!r}], check=True)\n")
     log = tmp_path / "procs.jsonl"
-    r = subprocess.run([sys.executable, str(REPO / "benchmarks/suite_cpu.py"), "--log", str(log), "--",
+    r = subprocess.run([sys.executable, str(REPO / "benchmarks/tools/suite_cpu.py"), "--log", str(log), "--",
                         sys.executable, str(parent)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr[-2000:]
     rows = {m.group(3): (float(m.group(1)), int(m.group(2)))

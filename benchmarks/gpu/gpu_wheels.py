@@ -10,7 +10,7 @@ it (a 16 MB wheel of solver binaries), and the pack runs ``--scheduler greedy``.
 already have, for this interpreter's tags, unzipped into SITE (put SITE on PYTHONPATH): no pip
 needed, and the machine's own packages are kept where it has them.
 
-    python benchmarks/gpu_wheels.py download .gpu-wheels
+    python benchmarks/gpu/gpu_wheels.py download .gpu-wheels
     python wheels/gpu_wheels.py unpack wheels /tmp/site      # there
 """
 

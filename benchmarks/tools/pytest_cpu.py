@@ -3,8 +3,8 @@ for (Snakemake, DVC, each job), beside its wall time. On a machine whose cores a
 suite's xdist workers outnumber them) wall time says how long a test waited for a core; CPU time
 says what it cost.
 
-    PYTHONPATH=benchmarks ENCMAP_TEST_CPU=/tmp/cpu .venv/bin/python -m pytest -p pytest_cpu -q -n auto --dist loadfile --no-loadscope-reorder
-    python benchmarks/pytest_cpu.py /tmp/cpu        # the 15 costliest tests
+    PYTHONPATH=benchmarks/tools ENCMAP_TEST_CPU=/tmp/cpu .venv/bin/python -m pytest -p pytest_cpu -q -n auto --dist loadfile --no-loadscope-reorder
+    python benchmarks/tools/pytest_cpu.py /tmp/cpu        # the 15 costliest tests
 
 Each worker writes ``<dir>/<worker>.json``: ``[nodeid, own CPU s, children's CPU s, wall s]`` per
 test (setup, call and teardown). A process left running past its test (a server a module fixture

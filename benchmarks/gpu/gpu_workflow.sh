@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# On a lent GPU machine, carrying a pack made with GPU_PACK_WORKFLOW=1 bash benchmarks/gpu_pack.sh:
+# On a lent GPU machine, carrying a pack made with GPU_PACK_WORKFLOW=1 bash benchmarks/gpu/gpu_pack.sh:
 #   bash .gpu-workflow/workflow.sh [gpu_workflow.py options]
 # unpacks Snakemake's wheels (those the machine's Python lacks) into a temporary folder, then runs
-# benchmarks/gpu_workflow.py: one real `snakemake --cores all` of a tiny project on the GPU route
+# the pack's benchmarks/gpu_workflow.py: one real `snakemake --cores all` of a tiny project on the GPU route
 # and one on the CPU route, compared within its tolerances. $OUT/workflow.json, $OUT/workflow.log.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)

@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # Packs into .gpu/ (git-ignored, ~50 MB: under the device tool's 64 MiB carry) what the GPU
-# benchmark (benchmarks/bench_gpu.py) and the GPU tests need on a lent GPU machine whose Python has
+# benchmark (benchmarks/gpu/bench_gpu.py) and the GPU tests need on a lent GPU machine whose Python has
 # only torch, transformers, sentence-transformers, h5py, scipy, scikit-learn and pytest (no
 # snakemake, dvc, openTSNE, mteb, jsonschema; no network): the package's source, the sentences,
 # all-MiniLM-L6-v2 from its package (weights stored as float16, 45 MB instead of 91; each run loads
 # them in its own dtype) and gpu_run.sh as .gpu/run.sh. tests/test_bench_gpu.py runs the pack here
 # under an imitation of that Python (tests/support/device_env.py).
 #
-#   bash benchmarks/gpu_pack.sh [SENTENCES]    # default: data/sentences/default.txt (curate makes it);
+#   bash benchmarks/gpu/gpu_pack.sh [SENTENCES]    # default: data/sentences/default.txt (curate makes it);
 #                                              # GPU_PACK_DEST=DIR packs elsewhere than .gpu
 #   then, on the GPU machine, carrying .gpu:   bash .gpu/run.sh     ($OUT/gpu.json, bench.log, pytest.log)
 #
-# GPU_PACK_WORKFLOW=1: Snakemake's wheels too (benchmarks/gpu_wheels.py: what Snakemake needs at the
+# GPU_PACK_WORKFLOW=1: Snakemake's wheels too (benchmarks/gpu/gpu_wheels.py: what Snakemake needs at the
 # lock's versions, compiled ones for this Python and the card's 3.12; PuLP left out; cached in
 # GPU_WHEELS, default .gpu-wheels) and the workflow (Snakefile, rules, scripts, profiles), without
 # MiniLM (45 MB: the pack would pass the 64 MiB carry), with gpu_workflow.sh as workflow.sh: there,
 # bash .gpu-workflow/workflow.sh runs one real snakemake of a tiny project on the card and on the
 # CPU and compares them ($OUT/workflow.json).
 set -euo pipefail
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 SENTENCES=$(realpath -ms "${1:-$ROOT/data/sentences/default.txt}")
 DEST=$(realpath -ms "${GPU_PACK_DEST:-$ROOT/.gpu}")
 PY=$(realpath -ms "${PYTHON:-$ROOT/.venv/bin/python}")
@@ -30,16 +30,16 @@ fi
 tmp=$DEST.tmp
 rm -rf "$tmp" && mkdir -p "$tmp/benchmarks" "$tmp/data" "$tmp/models" "$tmp/tests"
 cp -r src params.yaml pyproject.toml "$tmp/"
-cp benchmarks/bench_gpu.py benchmarks/gpu_probe.py "$tmp/benchmarks/"
-cp benchmarks/gpu_run.sh "$tmp/run.sh"
+cp benchmarks/gpu/bench_gpu.py benchmarks/gpu/gpu_probe.py "$tmp/benchmarks/"
+cp benchmarks/gpu/gpu_run.sh "$tmp/run.sh"
 cp -r tests/conftest.py tests/support tests/test_pairs.py tests/test_device.py tests/test_running_checks.py "$tmp/tests/"
 cp "$SENTENCES" "$tmp/data/sentences.txt"
 if [ "${GPU_PACK_WORKFLOW:-0}" = 1 ]; then
   WHEELS=$(realpath -ms "${GPU_WHEELS:-$ROOT/.gpu-wheels}")
-  "$PY" benchmarks/gpu_wheels.py download "$WHEELS"
-  mkdir -p "$tmp/wheels" "$tmp/data/gensim" && cp "$WHEELS"/*.whl benchmarks/gpu_wheels.py "$tmp/wheels/"
+  "$PY" benchmarks/gpu/gpu_wheels.py download "$WHEELS"
+  mkdir -p "$tmp/wheels" "$tmp/data/gensim" && cp "$WHEELS"/*.whl benchmarks/gpu/gpu_wheels.py "$tmp/wheels/"
   cp -r Snakefile rules scripts profiles envs requirements "$tmp/"
-  cp benchmarks/gpu_workflow.py "$tmp/benchmarks/" && cp benchmarks/gpu_workflow.sh "$tmp/workflow.sh"
+  cp benchmarks/gpu/gpu_workflow.py "$tmp/benchmarks/" && cp benchmarks/gpu/gpu_workflow.sh "$tmp/workflow.sh"
   # The tasks' data (lee, polarity: gensim's test files, 60 kB; gensim itself is not there)
   "$PY" -c "import shutil, sys; from encmap.io import gensim_test_data; from encmap.downstream.tasks import GENSIM_FILES
 for f in GENSIM_FILES: shutil.copy(gensim_test_data('the pack') / f, sys.argv[1])" "$tmp/data/gensim"

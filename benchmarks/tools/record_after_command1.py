@@ -7,7 +7,7 @@ an SSH remote on loopback (the tests' SFTP server) and ``git clone`` + ``dvc pul
 bytes, nothing stale). Commits in the clone (the recorded dvc.lock, the remote).
 
     git clone <repo> /tmp/c && cd /tmp/c && snakemake --cores all && cd -
-    python benchmarks/record_after_command1.py /tmp/c
+    python benchmarks/tools/record_after_command1.py /tmp/c
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "tests"))
 
 from support.project import ran, tree_hashes  # noqa: E402

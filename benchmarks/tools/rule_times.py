@@ -4,7 +4,7 @@
 Each job's time is from its start stamp to its ``Finished jobid`` stamp (Snakemake stamps to the
 second), summed over the rule's jobs: wall time, so jobs that ran side by side each count whole.
 
-    python benchmarks/rule_times.py RUN_A/.snakemake/log/X.snakemake.log RUN_B/.snakemake/log/Y.snakemake.log
+    python benchmarks/tools/rule_times.py RUN_A/.snakemake/log/X.snakemake.log RUN_B/.snakemake/log/Y.snakemake.log
 """
 
 from __future__ import annotations

@@ -13,8 +13,8 @@ and the pairwise step: the GPU route (``embed.device``, ``evaluate.device``, ``p
 - the two routes' outputs, within :data:`TOLERANCES` (docs/development.md): embeddings, QRE
   features, pairwise QRE and CKA, every score.
 
-    python benchmarks/gpu_workflow.py --pack .gpu --out $OUT/workflow.json   # via .gpu/workflow.sh
-    python benchmarks/gpu_workflow.py --routes cpu ...                       # one route (a CPU check)
+    python benchmarks/gpu/gpu_workflow.py --pack .gpu --out $OUT/workflow.json   # via .gpu/workflow.sh
+    python benchmarks/gpu/gpu_workflow.py --routes cpu ...                       # one route (a CPU check)
 
 Writes the JSON after each route; exits 1 when a comparison is outside its tolerance.
 """
@@ -163,7 +163,9 @@ def compare(gpu: Path, cpu: Path) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--pack", default=str(Path(__file__).resolve().parents[1]))
+    # The default: the pack this file is in (its benchmarks/), or the repository (its benchmarks/gpu/).
+    ap.add_argument("--pack", default=str(next(p for p in Path(__file__).resolve().parents
+                                               if (p / "params.yaml").is_file())))
     ap.add_argument("--work", default=None, help="where the projects go (default: a temporary folder)")
     ap.add_argument("--out", default=None)
     ap.add_argument("--n", type=int, default=60)

@@ -3,11 +3,11 @@
 # repository, each with an empty made-model cache (ENCMAP_CACHE: a new folder holding only a link
 # to the unpacked all-mpnet-base-v2, which takes minutes to unpack and is not what is measured).
 # Run it alone on the machine: the figures are only comparable side by side.
-#   bash benchmarks/command1_side_by_side.sh BASE_COMMIT NEW_COMMIT [WORKDIR]
+#   bash benchmarks/tools/command1_side_by_side.sh BASE_COMMIT NEW_COMMIT [WORKDIR]
 # Prints one line per commit (install, snakemake and total seconds), then the job time per rule of
-# both runs (benchmarks/rule_times.py over their Snakemake logs, which stay in WORKDIR/<commit>).
+# both runs (benchmarks/tools/rule_times.py over their Snakemake logs, which stay in WORKDIR/<commit>).
 set -u
-repo=$(git -C "$(dirname "$0")/.." rev-parse --show-toplevel)
+repo=$(git -C "$(dirname "$0")" rev-parse --show-toplevel)
 work=${3:-/tmp/encmap-command1}
 mpnet=${ENCMAP_CACHE:-$HOME/.cache/encmap}/all-mpnet-base-v2
 mkdir -p "$work"
@@ -23,4 +23,4 @@ for commit in "$1" "$2"; do
   t2=$(date +%s)
   echo "$commit install=$((t1 - t0))s (rc $rc1) snakemake=$((t2 - t1))s (rc $rc2) total=$((t2 - t0))s $(date -Is)"
 done
-python3 "$repo/benchmarks/rule_times.py" "$work/$1"/.snakemake/log/*.snakemake.log "$work/$2"/.snakemake/log/*.snakemake.log
+python3 "$repo/benchmarks/tools/rule_times.py" "$work/$1"/.snakemake/log/*.snakemake.log "$work/$2"/.snakemake/log/*.snakemake.log

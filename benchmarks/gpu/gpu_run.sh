@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# On a lent GPU machine, carrying .gpu (made by benchmarks/gpu_pack.sh): bash .gpu/run.sh [bench_gpu.py options]
+# On a lent GPU machine, carrying .gpu (made by benchmarks/gpu/gpu_pack.sh): bash .gpu/run.sh [bench_gpu.py options]
 # (TESTS_S=0 skips step 1; the big models: bash .gpu/run.sh --parts big)
 # 1. the GPU-marked tests (CUDA route = NumPy route; one card per job on the real cards; the variants
 #    proven on the card give the host's verdicts), at most TESTS_S s;
-# 2. benchmarks/bench_gpu.py on the packed sentences and model, at most BENCH_S s. gpu.json is written
+# 2. the pack's benchmarks/bench_gpu.py on the packed sentences and model, at most BENCH_S s. gpu.json is written
 #    after every measurement, so a part cut short by the limit keeps what it measured.
 # Everything lands in $OUT (the device tool's folder; else .gpu/out): gpu.json, bench.log, pytest.log.
 set -u

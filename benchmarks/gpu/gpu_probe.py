@@ -11,8 +11,8 @@ bench_gpu.py says how far each path is from its baseline; this says why, on the 
   768, cuSOLVER's SVD drivers against each other and against LAPACK on the host, beside the
   block GEMM the products are made of.
 
-    python benchmarks/gpu_probe.py --sentences data/sentences.txt --minilm models/minilm-l6 [--parts embed,derive]
-    python benchmarks/gpu_probe.py --small      # a CPU smoke run
+    python benchmarks/gpu_probe.py --sentences data/sentences.txt --minilm models/minilm-l6 [--parts embed,derive]  # in .gpu
+    python benchmarks/gpu/gpu_probe.py --small      # a CPU smoke run
 
 Prints what it measures; ``--out`` writes it as JSON.
 """
