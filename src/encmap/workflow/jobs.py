@@ -31,8 +31,11 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
+
+from .isolation import run_isolated
 
 _local = threading.local()
 _lock = threading.Lock()
@@ -78,14 +81,15 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
             _blas_limit = threadpool_limits(1, user_api="blas")
         if not isinstance(sys.stderr, _ThreadStderr):
             sys.stderr = _ThreadStderr(sys.stderr)
-        if str(script.parent) not in sys.path:  # the adapters import their _job helper
-            sys.path.insert(0, str(script.parent))
     job = SimpleNamespace(input=input, output=output, params=params, wildcards=wildcards, threads=None,
                           log=log, resources=resources, in_process=True)
     fh = open(log[0], "w", buffering=1) if log else None
     _local.stream = fh
     try:
-        runpy.run_path(str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
+        # What the job or its imports change in the process's global state does not outlast it
+        # (encmap.workflow.isolation); the adapters import their _job helper from beside them.
+        run = partial(runpy.run_path, str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
+        run_isolated(run, sys_path=[str(script.parent)])
     except BaseException as e:
         if fh:
             traceback.print_exc(file=fh)
