@@ -326,3 +326,113 @@ def test_what_an_in_process_job_imports_rewires_neither_snakemake_nor_the_next_j
         draws = seen.pop("draws")
         assert {k: v for k, v in seen.items() if v != expected[k]} == {}, name
         assert not set(draws) & set(pristine["seeded draws"]), name
+
+
+def test_a_thread_s_next_job_does_not_see_what_the_last_job_left_in_that_thread():
+    """Snakemake's pool threads run job after job: context variables (NumPy's errstate, decimal's
+    precision), the thread's signal mask and torch's thread count (per thread in torch, taken from
+    the last set_num_threads by a thread's first use) are the thread's own state."""
+    import decimal
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+    import torch
+
+    from encmap.workflow.isolation import run_isolated
+
+    base = torch.get_num_threads()
+    leaked, started = threading.Event(), threading.Event()
+
+    def leak():
+        np.seterr(all="raise")
+        decimal.getcontext().prec = 3
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1})
+        torch.set_num_threads(base + 1)
+        leaked.set()
+        assert started.wait(30)  # still running while a job starts in another thread
+
+    def view():
+        return (np.geterr()["divide"], decimal.getcontext().prec, signal.SIGUSR1 in signal.pthread_sigmask(
+            signal.SIG_BLOCK, ()), torch.get_num_threads())
+
+    clean = (np.geterr()["divide"], decimal.getcontext().prec, False, base)
+    with ThreadPoolExecutor(2) as pool:
+        a = pool.submit(run_isolated, leak)
+        assert leaked.wait(30)
+        beside = pool.submit(run_isolated, view)  # the other thread: its first torch call while `leak` runs
+        seen_beside = beside.result(30)
+        started.set()
+        a.result(30)
+        after = [pool.submit(run_isolated, view).result(30) for _ in range(4)]  # on both threads
+    assert seen_beside == clean
+    assert after == [clean] * 4
+
+
+def test_a_job_s_leak_is_put_back_without_breaking_a_job_still_running():
+    """Side by side: job A leaks a warnings filter, an environment variable and a root handler, and
+    ends while job B runs between seeding the global generators and drawing; B's draws are those
+    of its seeds (the random states are put back only once no job runs); the environment and the
+    handler are put back at A's end already; a job C that starts after A waits until B has ended, then
+    sees the warnings as they were."""
+    import logging
+    import random
+    import threading
+    import warnings
+    from concurrent.futures import ThreadPoolExecutor
+
+    import numpy as np
+
+    from encmap.workflow.isolation import run_isolated
+
+    filters, handlers = list(warnings.filters), list(logging.root.handlers)
+    seeded, a_ended, b_ended = threading.Event(), threading.Event(), threading.Event()
+    seen = {}
+
+    def a():
+        assert seeded.wait(30)
+        warnings.filterwarnings("ignore", message="a leak")
+        os.environ["ENCMAP_TEST_LEAK"] = "1"
+        logging.root.addHandler(logging.NullHandler())
+
+    def b():
+        random.seed(1)
+        np.random.seed(1)
+        seeded.set()
+        assert a_ended.wait(30)
+        seen["B's draws"] = [random.random(), np.random.random_sample()]
+        seen["at A's end"] = [os.environ.get("ENCMAP_TEST_LEAK"), logging.root.handlers == handlers]
+        time.sleep(0.5)  # C, were it not held back, would start now
+        b_ended.set()
+
+    def c():
+        seen["C after B"] = b_ended.is_set()
+        seen["C's warnings"] = warnings.filters == filters
+
+    with ThreadPoolExecutor(3) as pool:
+        fb = pool.submit(run_isolated, b)
+        pool.submit(run_isolated, a).result(30)
+        a_ended.set()
+        fc = pool.submit(run_isolated, c)
+        fb.result(30)
+        fc.result(30)
+    assert seen == {"B's draws": [random.Random(1).random(), np.random.RandomState(1).random_sample()],
+                    "at A's end": [None, True], "C after B": True, "C's warnings": True}
+    assert warnings.filters == filters and "ENCMAP_TEST_LEAK" not in os.environ
+
+
+def test_the_rules_own_imports_leave_snakemake_s_process_as_they_found_it():
+    """What the Snakefile and the rules import into Snakemake's main process (rules/common.smk:
+    the config check, the registry, the encoders' settings) changes none of the state an in-process
+    job must not change either. Snakemake's own imports (NumPy's warnings filters among them) come
+    first there, and are its own."""
+    repo = Path(__file__).resolve().parents[1]
+    imports = sorted({line.strip() for f in [repo / "Snakefile", *(repo / "rules").glob("*.smk")]
+                      for line in f.read_text().splitlines()
+                      if line.strip().startswith(("import ", "from ")) and "encmap" in line})
+    code = ("import snakemake.api, snakemake.workflow\nfrom encmap.workflow.isolation import Snapshot\n"
+            "before = Snapshot()\n" + "\n".join(imports)
+            + "\nprint(before.changed())\n")
+    p = subprocess.run([sys.executable, "-c", code], env=env(), capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    assert len(imports) >= 10 and p.stdout.strip() == "[]"

@@ -144,17 +144,30 @@ def _put_path(_, base: list[str]) -> None:
 
 # -- signals -------------------------------------------------------------------------------------
 
+class _Sigaction(ctypes.Structure):
+    """glibc's ``struct sigaction`` on Linux (x86-64, AArch64 and the other generic layouts)."""
+
+    _fields_ = [("handler", ctypes.c_void_p), ("mask", ctypes.c_ubyte * 128), ("flags", ctypes.c_int),
+                ("restorer", ctypes.c_void_p)]
+
+
 try:  # C-level handlers: a job's thread cannot call signal.signal, but it can call sigaction
-    _libc = ctypes.CDLL(None, use_errno=True)
-    _libc.sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
-except (OSError, AttributeError):  # no C library with sigaction (Windows): Python's handlers only
+    _libc = ctypes.CDLL(None, use_errno=True) if sys.platform == "linux" else None
+    if _libc is not None:
+        _libc.sigaction.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p]
+except (OSError, AttributeError):  # Python's handlers only
     _libc = None
-_SIGACTION_SIZE = 512  # larger than any platform's struct sigaction; zeroed, so unused bytes compare equal
 
 
-def _sigaction(sig: int) -> bytes | None:
-    buf = ctypes.create_string_buffer(_SIGACTION_SIZE)
-    return buf.raw if _libc.sigaction(sig, None, buf) == 0 else None
+def _sigaction(sig: int) -> tuple | None:
+    """What handles ``sig`` at C level: (handler, mask, flags) and the struct itself, or None.
+
+    Only the kernel's 64 mask bits are compared: glibc copies the rest of its 128-byte mask from
+    uninitialised memory."""
+    sa = _Sigaction()
+    if _libc.sigaction(sig, None, ctypes.byref(sa)) != 0:
+        return None
+    return (sa.handler, bytes(sa.mask[:8]), sa.flags), bytes(sa)
 
 
 def _signals_state(_):
@@ -164,17 +177,22 @@ def _signals_state(_):
     return python, native
 
 
+def _same_signals(now, base) -> bool:
+    return now[0] == base[0] and all((n and n[0]) == (b and b[0]) for n, b in zip(now[1].values(), base[1].values()))
+
+
 def _put_signals(_, base) -> None:
     python, native = base
     if threading.current_thread() is threading.main_thread():
         for s, handler in python.items():
             if handler is not None and signal.getsignal(s) != handler:
                 signal.signal(s, handler)
-    for s, raw in native.items():
+    for s, was in native.items():
         # Where Python's own handler changed, the host (Snakemake's main thread) changed it: not
         # overridden under it.
-        if raw is not None and signal.getsignal(s) == python[s] and _sigaction(s) != raw:
-            _libc.sigaction(s, ctypes.create_string_buffer(raw, _SIGACTION_SIZE), None)
+        now = _sigaction(s)
+        if was is not None and now is not None and signal.getsignal(s) == python[s] and now[0] != was[0]:
+            _libc.sigaction(s, ctypes.byref(_Sigaction.from_buffer_copy(was[1])), None)
 
 
 def _sigmask() -> set | None:
@@ -221,7 +239,7 @@ _ITEMS = (
     _Item("environment variables", lambda _: dict(os.environ), _put_environ),
     _Item("working directory", lambda _: os.getcwd(), lambda _, d: os.chdir(d)),
     _Item("sys.path", lambda _: list(sys.path), _put_path),
-    _Item("signal handlers", _signals_state, _put_signals),
+    _Item("signal handlers", _signals_state, _put_signals, _same_signals),
     _Item("BLAS thread counts", _blas_state, _put_blas),
     _Item("torch thread count", lambda t: t.get_num_threads(), lambda t, n: t.set_num_threads(n),
           module="torch", thread=True),
