@@ -12,8 +12,8 @@ put back while other jobs run:
   the configuration of every logger that existed (root's handlers and level, Snakemake's own,
   ``logging.disable``), the environment, the working directory, ``sys.path``, signal handlers
   (Python's, and the C-level ones a job's thread can change: ``faulthandler.register``, a native
-  library), the thread count of every BLAS library loaded at the baseline (jobs.py keeps them at
-  one), and torch's thread count (per thread in torch: at the job's start too, in its thread),
+  library), the thread counts of the BLAS libraries loaded before the first job (jobs.py holds them
+  at one), and torch's thread count (per thread in torch: at the job's start too, in its thread),
   default dtype and float32 matmul precision;
 - **once no job runs** (state a running job may hold changed on purpose: a
   ``warnings.catch_warnings`` block, draws that follow a ``torch.manual_seed``): ``warnings``' filters
@@ -31,9 +31,11 @@ right after its import (an import hook, :class:`_AfterImport`): a library that i
 sets its thread count in the same job cannot make its setting the baseline.
 
 Not put back: ``torch.use_deterministic_algorithms`` (every embed job sets it from params, and
-putting it back would flip it under a running forward pass), loggers created after the baseline
-(a library's own), anything a job changes and undoes itself before it ends. Jobs pay ~0.1 ms to
-read the state at start and end when nothing changed.
+putting it back would flip it under a running forward pass); loggers created after the baseline (a
+library's own). Not prevented: what Snakemake logs while a job that silenced its logger runs
+(``logging.disable``, ``dictConfig``) is lost, and a library that calls ``signal.signal`` from a
+job's thread fails as Python makes it fail there. A job pays ~1 ms of CPU for all this (torch,
+transformers and 160 loggers loaded; ~1 s is what running in-process saves per job).
 """
 
 from __future__ import annotations
