@@ -10,8 +10,8 @@ from encmap.validation import check_writable
 from encmap.workflow.config import check_snakemake_config
 from encmap.workflow.deps import code_key
 from encmap.workflow.integrity import for_snakemake, record_for_snakemake
-from encmap.workflow.jobs import (code_loaded, keep_update_outputs_of_failed_jobs, one_reevaluation_timer,
-                                  receipts_follow_touch, replace_stale_backups)
+from encmap.workflow.jobs import code_loaded, receipts_follow_touch
+from encmap.workflow.jobs import keep_update_outputs_of_failed_jobs, one_reevaluation_timer, replace_stale_backups
 from encmap.workflow.made import record_made
 from encmap.workflow.stages import STAGES, all_targets, source_inputs
 

@@ -31,12 +31,16 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
+
+from .isolation import run_isolated
 
 _local = threading.local()
 _lock = threading.Lock()
 _timer_lock = threading.Lock()  # guards the scheduler's one pending re-evaluation timer
+_blas_limit = None  # the process-wide single-thread BLAS setting, held for the process's lifetime
 
 
 class _ThreadStderr(io.TextIOBase):
@@ -66,22 +70,26 @@ def in_process(script: str | Path, input, output, params, wildcards, threads, lo
 
     ``threads`` (the rule's, what Snakemake scheduled) is not passed on: see the module's note.
     """
-    from .process_state import blas_single_thread, job as leaves_the_process_as_found
-
+    global _blas_limit
     script = Path(script)
     with _lock:
-        blas_single_thread(once=True)
+        if _blas_limit is None:
+            import numpy  # noqa: F401  (load both BLAS libraries first: a limit binds only loaded ones)
+            import scipy.linalg  # noqa: F401
+            from threadpoolctl import threadpool_limits
+
+            _blas_limit = threadpool_limits(1, user_api="blas")
         if not isinstance(sys.stderr, _ThreadStderr):
             sys.stderr = _ThreadStderr(sys.stderr)
-        if str(script.parent) not in sys.path:  # the adapters import their _job helper
-            sys.path.insert(0, str(script.parent))
     job = SimpleNamespace(input=input, output=output, params=params, wildcards=wildcards, threads=None,
                           log=log, resources=resources, in_process=True)
     fh = open(log[0], "w", buffering=1) if log else None
     _local.stream = fh
     try:
-        with leaves_the_process_as_found():  # what the job or its imports change is put back (process_state)
-            runpy.run_path(str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
+        # What the job or its imports change in the process's global state does not outlast it
+        # (encmap.workflow.isolation); the adapters import their _job helper from beside them.
+        run = partial(runpy.run_path, str(script), init_globals={"snakemake": job}, run_name="__snakemake_job__")
+        run_isolated(run, sys_path=[str(script.parent)])
     except BaseException as e:
         if fh:
             traceback.print_exc(file=fh)
