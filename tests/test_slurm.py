@@ -18,7 +18,7 @@ import pytest
 import yaml
 from support.api_server import free_port
 from support.project import env, make_project, ran, run, tiny_params, tree_hashes, write_user_file
-from support.slurm_cluster import RUN_CONF, Cluster, missing, running
+from support.slurm_cluster import RUN_CONF, Cluster, machine_lock, missing, running
 
 pytestmark = [pytest.mark.slow, pytest.mark.slurm]
 
@@ -36,27 +36,28 @@ def test_a_killed_runs_link_is_cleaned_up_and_a_failed_start_stops_what_it_start
     failed at setup ("another configless slurmd runs here") though no slurmd ran; that failed
     start also left the munged it had started running."""
     need_slurm()
-    assert not running("slurmd") and not running("slurmctld")
-    munge_before = bool(running("munged"))
+    with machine_lock():  # no other test run's cluster comes and goes meanwhile
+        assert not running("slurmd") and not running("slurmctld")
+        munge_before = bool(running("munged"))
 
-    def stale_link():
-        RUN_CONF.parent.mkdir(parents=True, exist_ok=True)
-        RUN_CONF.symlink_to(tmp_path / "gone")  # what the killed run's slurmd linked
+        def stale_link():
+            RUN_CONF.parent.mkdir(parents=True, exist_ok=True)
+            RUN_CONF.symlink_to(tmp_path / "gone")  # what the killed run's slurmd linked
 
-    stale_link()
-    bad = Cluster(tmp_path / "bad")
-    bad.conf = tmp_path / "bad.conf"  # a config slurmctld refuses
-    bad._write_conf = lambda: bad.conf.write_text("NoSuchKey=1\n")
-    with pytest.raises(subprocess.CalledProcessError):
-        bad.start()
-    assert not running("slurmctld") and not running("slurmd") and bool(running("munged")) == munge_before
-    stale_link()
-    good = Cluster(tmp_path / "good").start()
-    try:
-        assert running("slurmd") and RUN_CONF.is_symlink() and str(good.root) in os.readlink(RUN_CONF)
-    finally:
-        good.stop()
-    assert not running("slurmd") and not RUN_CONF.is_symlink() and bool(running("munged")) == munge_before
+        stale_link()
+        bad = Cluster(tmp_path / "bad")
+        bad.conf = tmp_path / "bad.conf"  # a config slurmctld refuses
+        bad._write_conf = lambda: bad.conf.write_text("NoSuchKey=1\n")
+        with pytest.raises(subprocess.CalledProcessError):
+            bad.start()
+        assert not running("slurmctld") and not running("slurmd") and bool(running("munged")) == munge_before
+        stale_link()
+        good = Cluster(tmp_path / "good").start()
+        try:
+            assert running("slurmd") and RUN_CONF.is_symlink() and str(good.root) in os.readlink(RUN_CONF)
+        finally:
+            good.stop()
+        assert not running("slurmd") and not RUN_CONF.is_symlink() and bool(running("munged")) == munge_before
 
 
 @pytest.fixture(scope="module")

@@ -8,6 +8,8 @@ A fake GPU (``File=/dev/null``) lets ``--gpus=1`` jobs schedule.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -18,6 +20,36 @@ from pathlib import Path
 
 MUNGE_SOCKET = Path("/run/munge/munge.socket.2")
 RUN_CONF = Path("/run/slurm/conf")  # where a configless slurmd links the config it fetched
+# /run/slurm/conf and munged's socket are one per machine: two test runs at once (a CI clone
+# beside a worktree's run) each took the other's link for a killed run's. One cluster at a time.
+MACHINE_LOCK = Path("/run/encmap-test-slurm.lock")
+_held = [0, None]  # how deep this process holds the lock, and its open file
+
+
+@contextlib.contextmanager
+def machine_lock(timeout: float = 3600):
+    """Hold the machine's one-cluster lock (re-entrant within a process; waits for another run's)."""
+    if _held[0] == 0:
+        f = open(MACHINE_LOCK, "a")
+        deadline = time.time() + timeout
+        while True:
+            try:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.time() > deadline:
+                    f.close()
+                    raise TimeoutError(f"another test run has held {MACHINE_LOCK} for {timeout:.0f} s")
+                time.sleep(1)
+        _held[1] = f
+    _held[0] += 1
+    try:
+        yield
+    finally:
+        _held[0] -= 1
+        if _held[0] == 0:
+            _held[1].close()  # closing the file releases the lock
+            _held[1] = None
 
 
 def missing() -> str | None:
@@ -63,6 +95,7 @@ class Cluster:
         self.conf = root / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
         self._started_munge = False
+        self._lock: contextlib.ExitStack | None = None
         self.host, self.port = socket.gethostname().split(".")[0], _free_port()
 
     def _write_conf(self) -> None:
@@ -101,9 +134,13 @@ PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
 
     def start(self, timeout: float = 60) -> "Cluster":
         """Start munged (unless one runs), slurmctld and slurmd; whatever fails, what this call
-        started is stopped again before the error is raised."""
+        started is stopped again before the error is raised. Holds :func:`machine_lock` until
+        :meth:`stop`."""
+        self._lock = contextlib.ExitStack()
+        self._lock.enter_context(machine_lock())
         if RUN_CONF.is_symlink() or RUN_CONF.exists():
             if running("slurmd"):
+                self.stop()  # releases the lock; starts nothing
                 raise RuntimeError(f"{RUN_CONF} exists and a slurmd runs (pids {running('slurmd')}): another "
                                    "configless cluster runs here")
             # A run killed while its cluster was up left the link behind, and nothing serves it.
@@ -157,3 +194,6 @@ PartitionName=main Nodes={host} Default=YES MaxTime=INFINITE State=UP
             time.sleep(0.2)
         if RUN_CONF.is_symlink() and str(self.root) in os.readlink(RUN_CONF):
             RUN_CONF.unlink()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
