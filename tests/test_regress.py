@@ -254,7 +254,7 @@ def test_cli_regress(tmp_path, capsys):
     assert main(["--params", str(params), "regress", "--features", features, "--scores", str(scores)]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0] == ("task,protocol,features,regressor,n,folds,units,spearman,spearman_low,spearman_high,p_value,"
-                      "pearson,mae,note") and len(out) == 1 + 3 * 8
+                      "pearson,mae,bias,coverage,width,note") and len(out) == 1 + 3 * 8  # 4 models: no frontier split
     assert out[1].startswith("t,grouped,qre,elasticnet,12,4,")  # 4 models: leave-one-model-out
     assert out[9].startswith("t,family,qre,elasticnet,12,4,")  # no meta.family: each model its own family
     groups = tmp_path / "g.csv"

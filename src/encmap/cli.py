@@ -456,18 +456,25 @@ def _place(args: argparse.Namespace) -> int:
         for r, (nb, d) in enumerate(res["neighbours"][e], start=1):
             print(f"  {r:2d}. {nb}\t{d:.6g}")
     if res["predicted"]:
-        held = res.get("heldout") or {}
-        print(f"predicted main scores (ridge / elasticnet on the {res['predictor']} features, trained on the map's "
-              "encoders" + ("; ± the regressor's mean absolute error on that task with the model held out, what "
-                            "a new model's prediction is expected to miss by):" if held else "):"))
+        held, bounds = res.get("heldout") or {}, res.get("intervals") or {}
+        level = next((b["level"] for by_t in bounds.values() for b in by_t.values()), None)
+        print(f"predicted main scores (ridge, then elasticnet, on the {res['predictor']} features, trained on the "
+              "map's encoders" + (f"; [low, high]: ridge's {level:.0%} conformal interval over held-out models"
+                                  if level else "")
+              + ("; ± the regressor's mean absolute error on that task with the model held out" if held else "")
+              + "; EXTRAPOLATING: the encoder or its prediction lies outside what the regressor was fitted on):")
 
         def err(t: str, reg: str) -> str:
             mae = held.get(t, {}).get(reg, {}).get("mae")
             return "" if mae is None or mae != mae else f" ± {mae:.3f}"
 
         for e in res["ids"]:
-            print(f"{e}\t" + ", ".join(f"{t} {p['ridge']:.3f}{err(t, 'ridge')} / {p['elasticnet']:.3f}"
-                                       f"{err(t, 'elasticnet')}" for t, p in res["predicted"][e].items()))
+            print(e)
+            for t, p in res["predicted"][e].items():
+                b = bounds.get(e, {}).get(t)
+                print(f"  {t}\t{p['ridge']:.3f}" + (f" [{b['low']:.3f}, {b['high']:.3f}]" if b else "")
+                      + f"{err(t, 'ridge')}\telasticnet {p['elasticnet']:.3f}{err(t, 'elasticnet')}"
+                      + (f"\tEXTRAPOLATING: {b['extrapolating']}" if b and b["extrapolating"] else ""))
     else:
         print("no predicted scores: results/regression/regressors.h5 not found (run the 'regress' rule)")
     print(f"wrote {res['out_dir']}/map.html, placed.csv, neighbours.csv" + (", scores.csv" if res["predicted"] else ""))

@@ -75,7 +75,9 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     ``{"ids", "coords", "neighbours": {id: [(neighbour, ℓ1), ...]}, "out_dir", "predicted", "same_as"}``
     (``same_as``: per variant, the map encoder it is identical to and drawn on, or None);
     ``predicted`` holds each variant's predicted score per task and regressor (and
-    ``scores.csv``) when the run has fitted regressors (:data:`~encmap.workflow.layout.REGRESSORS`).
+    ``scores.csv``) when the run has fitted regressors (:data:`~encmap.workflow.layout.REGRESSORS`),
+    ``intervals`` ridge's conformal interval per variant and task, with the reason its prediction
+    extrapolates ("" where it does not).
     PIP and features are computed by the functions the pipeline's ``pip`` and ``features`` stages
     run, with the settings stored in the run's artifacts.
     """
@@ -164,37 +166,48 @@ def place_encoder(model: str, spec: dict[str, Any], *, params_path: str | Path =
     atomic_write_text(out / "placed.csv", coords_csv(ids, coords, records, twin_ids))
     atomic_write_text(out / "neighbours.csv", neighbours_csv(ids, order, np.take_along_axis(L, order, axis=1), "l1",
                                                              names=fm["ids"]))
-    predicted = _predicted_scores(root / REGRESSORS, ids, F_new, fm["attrs"], out,
-                                  {k: np.array(v) for k, v in summaries.items()})
+    predicted, intervals = _predicted_scores(root / REGRESSORS, ids, F_new, fm["attrs"], out,
+                                             {k: np.array(v) for k, v in summaries.items()})
     ref_idx, ref_dist = nearest_neighbours(feature_distances(fm["F"], "manhattan"), k)
     placed = [{"id": e, "x": coords[i, 0], "y": coords[i, 1], "record": records[i], "neighbours": nbrs[e],
-               "same_as": twin_ids[i]} for i, e in enumerate(ids)]
+               "same_as": twin_ids[i], "predicted": [[t, p["ridge"], *(
+                   [intervals[e][t]["low"], intervals[e][t]["high"], intervals[e][t]["extrapolating"]]
+                   if t in intervals.get(e, {}) else [None, None, ""])] for t, p in predicted.get(e, {}).items()]}
+              for i, e in enumerate(ids)]
     page = page_data(fm["ids"], tmap.coords, fm["records"], list(FIELDS), ref_idx, ref_dist, "l1", placed)
     atomic_write_text(out / "map.html", render_page(page, f"encmap: map with {model} placed"))
     from .downstream.prediction import read_heldout_errors
 
     return {"ids": ids, "coords": coords, "neighbours": nbrs, "out_dir": str(out), "predicted": predicted,
+            "intervals": intervals,
             "same_as": dict(zip(ids, twin_ids)), "predictor": read_h5(root / REGRESSORS, [])[1]
             .get("predictor", "qre") if predicted else None,
             "heldout": read_heldout_errors(root / REGRESSORS) if predicted else {}}
 
 
 def _predicted_scores(regressors: Path, ids: list[str], F_new: np.ndarray, attrs: dict[str, Any],
-                      out: Path, spectral: dict[str, np.ndarray]) -> dict[str, dict[str, dict[str, float]]]:
-    """Predicted scores ``{encoder: {task: {regressor: score}}}`` (and ``scores.csv``, each score with
-    the out-of-fold MAE and RMSE of its regressor on that task, model held out: what it is expected
-    to miss by); {} without regressors."""
-    from .downstream.prediction import predict_scores, read_heldout_errors
+                      out: Path, spectral: dict[str, np.ndarray]) -> tuple[dict, dict]:
+    """Predicted scores ``{encoder: {task: {regressor: score}}}`` and ridge's conformal intervals
+    ``{encoder: {task: {"low", "high", "level", "extrapolating"}}}``
+    (:func:`encmap.downstream.prediction.placed_intervals`), and ``scores.csv``: each score with the
+    out-of-fold MAE and RMSE of its regressor on that task, model held out (what it is expected to
+    miss by), and for ridge its interval and, where it extrapolates, why; ({}, {}) without regressors."""
+    from .downstream.prediction import placed_intervals, predict_scores, read_heldout_errors
 
     if not regressors.is_file():
-        return {}
+        return {}, {}
     pred = predict_scores(regressors, F_new, attrs, spectral)
     errors = read_heldout_errors(regressors)
+    bounds = placed_intervals(regressors, F_new, spectral, pred)
     table = {e: {t: {reg: float(v[i]) for reg, v in by_reg.items()} for t, by_reg in pred.items()}
              for i, e in enumerate(ids)}
+    intervals = {e: {t: {"low": float(b["low"][i]), "high": float(b["high"][i]), "level": b["level"],
+                         "extrapolating": b["extrapolating"][i]} for t, b in bounds.items()} for i, e in enumerate(ids)}
     rows = [{"encoder": e, "task": t, "regressor": reg, "predicted": v}
             | {f"heldout_{k}": errors.get(t, {}).get(reg, {}).get(k) for k in ("mae", "rmse")}
+            | ({k: intervals[e][t][k] for k in ("low", "high", "level", "extrapolating")}
+               if reg == "ridge" and t in intervals.get(e, {}) else {})
             for e, by_t in table.items() for t, by_reg in by_t.items() for reg, v in by_reg.items()]
     atomic_write_text(out / "scores.csv", csv_table(rows, ["encoder", "task", "regressor", "predicted", "heldout_mae",
-                                                           "heldout_rmse"]))
-    return table
+                                                           "heldout_rmse", "low", "high", "level", "extrapolating"]))
+    return table, intervals

@@ -13,9 +13,9 @@ from ..validation import EncmapError, check_unique_ids
 
 
 #: What the matrix holds beside the features of each encoder: its spectrum's summaries
-#: (:mod:`encmap.qre.spectral`): ``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, 32) and
-#: ``log_rank`` (m,).
-SPECTRAL = ("entropy", "profile", "head", "log_rank")
+#: (:mod:`encmap.qre.spectral`): ``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, 32),
+#: ``log_rank`` (m,) and ``log_scale`` (m,): ln(tr M / n), the scale ρ = M / tr M leaves out.
+SPECTRAL = ("entropy", "profile", "head", "log_rank", "log_scale")
 #: Of those, the ones each encoder's features file holds as datasets (the others are attributes).
 SPECTRAL_ARRAYS = ("profile", "head")
 
@@ -67,3 +67,15 @@ def encoder_record(attrs: dict[str, Any], meta: dict[str, Any]) -> dict[str, Any
     enc = json.loads(attrs["encoder"]) if isinstance(attrs["encoder"], str) else attrs["encoder"]
     return {"id": enc["id"], "model": enc["model"], "layer": enc["layer"], "pooling": enc["pooling"],
             "dim": enc["dim"], "d": int(attrs["d"]), "meta": meta}
+
+
+def read_pairwise_qre(pairwise: str | Path, fm: dict[str, Any]) -> np.ndarray:
+    """The directed exact QRE matrix (m, m) of ``results/similarity/qre_pairwise.h5``, checked to
+    describe the feature matrix ``fm``'s encoders (same order), sentence set and eps."""
+    pw, pattrs = read_h5(pairwise, ["qre", "encoder_ids"])
+    if list(map(str, pw["encoder_ids"])) != fm["ids"] or pattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"] \
+            or float(pattrs["eps"]) != float(fm["attrs"]["eps"]):
+        raise EncmapError(f"{pairwise} and the feature matrix describe different encoders, sentence sets or eps "
+                          f"({pattrs['sentences_sha256'][:12]}… vs {fm['attrs']['sentences_sha256'][:12]}…); "
+                          "rerun the pairwise stage")
+    return np.asarray(pw["qre"], dtype=np.float64)

@@ -82,10 +82,12 @@ def families_of(records: list[dict[str, Any]] | None) -> list[str] | None:
 
 def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], tasks: list[str], groups: list[str],
                    params: dict[str, Any], jobs: int | None = None,
-                   origins: dict[tuple[str, str], str] | None = None) -> dict[str, Any]:
+                   origins: dict[tuple[str, str], str] | None = None,
+                   distances: np.ndarray | None = None) -> dict[str, Any]:
     """The protocol of :mod:`encmap.downstream.regression` on a feature matrix and scores (``jobs`` worker
     processes); families from the matrix's encoder records, when it has them. ``origins``: the
-    file each (encoder, task) score came from, named when a score is refused."""
+    file each (encoder, task) score came from, named when a score is refused. ``distances``
+    (m, m): the map's, for the neighbours baseline."""
     Y = score_matrix(fm["ids"], scores, tasks)
     check_score_spread(Y, fm["ids"], tasks, (lambda e, t: origins.get((e, t))) if origins else None)
     few = [t for j, t in enumerate(tasks) if np.isfinite(Y[:, j]).sum() < 3]
@@ -98,12 +100,17 @@ def run_regression(fm: dict[str, Any], scores: dict[str, dict[str, float]], task
         keep = [j for j, t in enumerate(tasks) if t not in few]
         tasks, Y = [tasks[j] for j in keep], Y[:, keep]
     rows, preds = regression_table(fm["F"], Y, tasks, groups, fm["records"], params, params["seed"], jobs,
-                                   families=families_of(fm["records"]), spectral=fm.get("spectral"))
+                                   families=families_of(fm["records"]), spectral=fm.get("spectral"),
+                                   distances=distances)
     return {"rows": rows, "predictions": preds, "summary": summary(rows), "Y": Y, "tasks": tasks, "left_out": few}
 
 
 TABLE_FIELDS = ["task", "protocol", "features", "regressor", "n", "folds", "units", "spearman", "spearman_low",
-                "spearman_high", "p_value", "pearson", "mae", "note"]
+                "spearman_high", "p_value", "pearson", "mae", "bias", "coverage", "width", "note"]
+#: results/regression/predictions.csv: one held-out prediction a row, with its conformal interval
+#: (``low``, ``high``; empty where the row has none).
+PREDICTION_FIELDS = ["encoder", "model", "task", "protocol", "features", "regressor", "actual", "predicted", "low",
+                     "high"]
 
 
 def table_text(rows: list[dict[str, Any]]) -> str:
@@ -134,19 +141,72 @@ def heldout_errors(predictions: list[dict[str, Any]], tasks: list[str], predicto
 
 
 def write_regressors(path: str | Path, final: dict[str, Any], tasks: list[str], ids: list[str],
-                     attrs: dict[str, Any], predictor: str, errors: dict[str, Any] | None = None) -> None:
+                     attrs: dict[str, Any], predictor: str, errors: dict[str, Any] | None = None,
+                     training: dict[str, Any] | None = None) -> None:
     """The fitted regressors (:func:`encmap.downstream.regression.fit_final`'s ``final``) as HDF5:
     ``weights`` (T, R, p), ``intercepts`` (T, R), ``tasks`` (T), ``regressors`` (R), ``encoder_ids``
     (m), with the feature settings they were trained on (``attrs``: sentences_sha256, eps,
     direction, and the features' width ``n``) and the ``predictor``; ``errors``
-    (:func:`heldout_errors`): ``heldout_mae`` and ``heldout_rmse`` (T, R) and their protocol."""
+    (:func:`heldout_errors`): ``heldout_mae`` and ``heldout_rmse`` (T, R) and their protocol.
+    ``training``: what a new encoder's conformal interval and extrapolation check are computed
+    from (:func:`encmap.downstream.regression.fit_final`'s): the predictor's rows ``train_X``
+    (m, p), the scores ``train_Y`` (m, T), each row's model ``train_groups`` (m) and the settings
+    of the intervals (``interval_params``: :data:`INTERVAL_PARAMS` of the ``regress`` section)."""
     extra = {} if errors is None else {"heldout_mae": errors["mae"], "heldout_rmse": errors["rmse"]}
+    if training is not None:
+        extra |= {"train_X": training["X"], "train_Y": training["Y"],
+                  "train_groups": np.array(training["groups"], dtype=object)}
     write_h5(path, {"weights": final["weights"], "intercepts": final["intercepts"], "tasks": np.array(tasks),
                     "regressors": np.array(REGRESSORS), "encoder_ids": np.array(ids)} | extra,
              {"chosen": final["chosen"], "sentences_sha256": attrs["sentences_sha256"], "eps": float(attrs["eps"]),
               "direction": str(attrs["direction"]), "n": int(attrs["n"]), "predictor": predictor,
               "encmap_version": __version__}
-             | ({"heldout_protocol": str(errors["protocol"])} if errors is not None else {}))
+             | ({"heldout_protocol": str(errors["protocol"])} if errors is not None else {})
+             | ({"interval_params": {k: training["params"][k] for k in INTERVAL_PARAMS}} if training else {}))
+
+
+#: The ``regress`` settings a new encoder's conformal interval is refitted with (stored with the
+#: regressors, so that ``encmap place`` uses the run's, not what params.yaml says now).
+INTERVAL_PARAMS = ("intervals", "max_loo_groups", "folds", "ridge_alphas", "ridge_alpha_cv", "seed", "predictor")
+
+
+def placed_intervals(regressors: str | Path, F: np.ndarray, spectral: dict[str, np.ndarray] | None,
+                     predicted: dict[str, dict[str, np.ndarray]]) -> dict[str, dict[str, Any]]:
+    """Each task's conformal interval for new encoders' ridge predictions, and why each prediction
+    extrapolates.
+
+    The interval is the regress stage's (:mod:`encmap.downstream.intervals`: CV+ over the map's
+    models, refitted here from the training rows stored with the regressors, with the run's
+    settings), for the ridge fitted on every model. ``F`` (k, n), ``spectral``: the new encoders'
+    features and spectral summaries; ``predicted``: :func:`predict_scores`'s. Returns ``{task:
+    {"low" (k,), "high" (k,), "level", "extrapolating": k reasons ("" where it does not)}}``;
+    {} for regressors written without their training rows (an older encmap).
+    """
+    import json
+
+    from ..io import h5_datasets
+    from .intervals import extrapolation, fitted_intervals, predict_intervals, reach, standardiser
+
+    if "train_X" not in h5_datasets(regressors):
+        return {}
+    saved, meta = read_h5(regressors, ["train_X", "train_Y", "train_groups", "tasks", "encoder_ids"])
+    ip = meta["interval_params"]
+    ip = json.loads(ip) if isinstance(ip, str) else ip
+    X_new, weights = join_blocks(predictor_blocks(ip["predictor"], F, spectral))
+    X, Y = saved["train_X"], saved["train_Y"]
+    groups, ids = saved["train_groups"].astype(str), [str(e) for e in saved["encoder_ids"]]
+    space = standardiser(X, weights)
+    Z, Z_new, far = space(X), space(X_new), float(reach(X, groups, weights).max())
+    out = {}
+    for t, task in enumerate(str(x) for x in saved["tasks"]):
+        have = np.flatnonzero(np.isfinite(Y[:, t]))
+        bounds = predict_intervals(fitted_intervals(X[have], Y[have, t], groups[have], ip, int(ip["seed"]), weights),
+                                   X_new)
+        ridge = predicted[task]["ridge"]
+        out[task] = {"low": bounds[:, 0], "high": bounds[:, 1], "level": float(ip["intervals"]["level"]),
+                     "extrapolating": [extrapolation(Z_new[i], Z, ids, far, float(ridge[i]), Y[:, t])
+                                       for i in range(len(X_new))]}
+    return out
 
 
 def read_heldout_errors(regressors: str | Path) -> dict[str, dict[str, dict[str, float]]]:

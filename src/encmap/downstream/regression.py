@@ -6,18 +6,25 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   α and l1_ratio chosen by inner CV; ``ridge`` = standardise -> RidgeCV, α by the exact
   leave-one-out errors of the training rows (``ridge_alpha_cv: loo``; ``grouped``: by inner CV);
 - outer CV **grouped by model** (``grouped``): no variant of one model is both trained on and
-  predicted, leave-one-model-out up to ``max_loo_groups`` models, GroupKFold beyond; the inner
+  predicted, leave-one-model-out up to ``max_loo_groups`` models (each fit trains on all models
+  but one, as near as a CV gets to the predictor fitted on all), GroupKFold beyond; the inner
   CV is grouped too; left out of a task scored on fewer than 3 models (a map of one model). Outer CV **grouped by family** (``family``: a whole family held out, e.g.
   every MiniLM, the inner CV grouped by family too): how well the features carry to a kind of
   model the regressor has never seen; left out of a task with fewer than 3 families. Plain
   shuffled K-fold (``random``) beside them: its gap to ``grouped`` is how much a variant's
-  siblings leak its score;
+  siblings leak its score. The **frontier** (``frontier``): per task, the models whose best
+  encoder scores in the top ``frontier.top`` of the task's scores are held out together and
+  predicted from the rest (one split): does the predictor see a model better than any it was
+  fitted on, or call it average (the ``bias`` column: mean predicted minus measured)?
 - baselines on the very same folds: the spectrum's own summaries (:mod:`encmap.qre.spectral`):
   its von Neumann entropy (``entropy``, one number, already inside the features: they sum to
   ln n minus it), its profile (``profile``: ln of the eigenvalues at 16 log-spaced ranks,
   both regressors), its head (``head``: ln of the 32 largest eigenvalues, with the entropy,
   ln of the rank and the effective rank), and the features together with the profile (``qre+profile``) or the head
-  (``qre+head``); the encoder's
+  (``qre+head``), the head in the PIP matrix's own units (``head+scale``: ln of the eigenvalues of
+  M / n, the unit-trace head plus ln(tr M / n)); the map's neighbours (``neighbours``: the mean
+  score of an encoder's k nearest training encoders by exact symmetrised QRE, k by the inner CV;
+  in held-out-model protocols these are encoders of other models); the encoder's
   scores on the *other* tasks (``tasks``: leave-task-out, what a leaderboard already tells), and
   the features together with them (``qre+tasks``: what the features add to it); seeded Gaussian
   features of the features' shape (both regressors), the embedding width alone, the layer index
@@ -25,7 +32,10 @@ Protocol (per task; every fit a seeded scikit-learn pipeline):
   ridge), and the training folds' mean (``mean``). Blocks joined side by side are weighted
   after standardising so that each carries the same total variance (10,000 feature columns
   would otherwise drown 16 profile columns under one ridge penalty);
-- out-of-fold predictions of every encoder are compared with the truth: Spearman, Pearson, MAE.
+- out-of-fold predictions of every encoder are compared with the truth: Spearman, Pearson, MAE,
+  the mean signed error; for ridge on ``intervals.features``, model held out (``grouped``,
+  ``frontier``), each held-out encoder also gets a conformal prediction interval
+  (:mod:`encmap.downstream.intervals`) and the rows their coverage.
 
 The regressors ``encmap place`` uses are fitted on one *predictor* (``regress.predictor``): a
 feature set computable from an encoder alone (:data:`PREDICTORS`).
@@ -41,19 +51,20 @@ import numpy as np
 from ..validation import EncmapError
 
 REGRESSORS = ("elasticnet", "ridge")
-PROTOCOLS = ("grouped", "family", "random")
+PROTOCOLS = ("grouped", "family", "random", "frontier")
 #: What the protocols that hold out whole groups group by (the unit a label names).
-GROUPED_BY = {"grouped": "models", "family": "families"}
+GROUPED_BY = {"grouped": "models", "family": "families", "frontier": "models"}
 #: Fewest groups a held-out-group CV runs on (with 2, each fold holds out half the data).
 MIN_GROUPS = 3
 #: Feature sets compared: the QRE features, then the baselines.
-FEATURE_SETS = ("qre", "entropy", "profile", "qre+profile", "head", "qre+head", "tasks", "qre+tasks", "random",
-                "dim", "layer", "parameters", "mean")
+FEATURE_SETS = ("qre", "entropy", "profile", "qre+profile", "head", "head+scale", "qre+head", "tasks", "qre+tasks",
+                "neighbours", "random", "dim", "layer", "parameters", "mean")
 #: Feature sets an encoder has on its own (no scores): what the fitted regressors can use.
-PREDICTORS = ("qre", "entropy", "profile", "qre+profile", "head", "qre+head")
+PREDICTORS = ("qre", "entropy", "profile", "qre+profile", "head", "head+scale", "qre+head")
 #: The spectral summaries each spectral predictor needs (:data:`encmap.artifacts.features.SPECTRAL`).
 NEEDS = {"entropy": ("entropy",), "profile": ("profile",), "qre+profile": ("profile",),
-         "head": ("head", "entropy", "log_rank"), "qre+head": ("head", "entropy", "log_rank")}
+         "head": ("head", "entropy", "log_rank"), "head+scale": ("head", "entropy", "log_rank", "log_scale"),
+         "qre+head": ("head", "entropy", "log_rank")}
 #: Feature sets of one column: ridge only (PCA of one column is the column).
 ONE_COLUMN = ("entropy", "dim", "layer", "parameters")
 
@@ -83,8 +94,10 @@ def join_blocks(blocks: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray | None
 def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] | None) -> list[np.ndarray]:
     """The blocks of predictor ``name`` (:data:`PREDICTORS`) for encoders with features F (m, n)
     and spectral summaries (``entropy`` (m,), ``profile`` (m, 16), ``head`` (m, k), ``log_rank``
-    (m,)). The head is one block with the entropy, the log rank and the effective rank exp(entropy)
-    (Roy & Vetterli; the one column that is not linear in the others): (m, k + 3)."""
+    (m,), ``log_scale`` (m,)). The head is one block with the entropy, the log rank and the
+    effective rank exp(entropy) (Roy & Vetterli; the one column that is not linear in the others):
+    (m, k + 3); ``head+scale`` the same block with the head in the PIP matrix's units, ln of the
+    eigenvalues of M / n = ln μ + ln(tr M / n)."""
     if name not in PREDICTORS:
         raise EncmapError(f"regress.predictor {name!r}: choose one of {list(PREDICTORS)}")
     missing = [k for k in NEEDS.get(name, ()) if k not in (spectral or {})]
@@ -92,10 +105,13 @@ def predictor_blocks(name: str, F: np.ndarray, spectral: dict[str, np.ndarray] |
         raise EncmapError(f"regress.predictor {name!r} needs the encoders' spectral summary {missing[0]!r} (qre.h5 "
                           "made by an older encmap: rerun the features and gather rules)")
     col = lambda k: np.asarray(spectral[k], dtype=np.float64).reshape(len(F), -1)  # noqa: E731
-    head = lambda: np.hstack([col("head"), col("entropy"), col("log_rank"), np.exp(col("entropy"))])  # noqa: E731
+    def head(scale: bool = False) -> np.ndarray:
+        top = col("head") + (col("log_scale") if scale else 0.0)
+        return np.hstack([top, col("entropy"), col("log_rank"), np.exp(col("entropy"))])
+
     return {"qre": lambda: [F], "entropy": lambda: [col("entropy")], "profile": lambda: [col("profile")],
             "qre+profile": lambda: [F, col("profile")], "head": lambda: [head()],
-            "qre+head": lambda: [F, head()]}[name]()
+            "head+scale": lambda: [head(scale=True)], "qre+head": lambda: [F, head()]}[name]()
 
 
 def baseline_features(records: list[dict[str, Any]] | None, shape: tuple[int, int],
@@ -126,12 +142,25 @@ def require_groups(groups, protocol: str, where: str = "") -> None:
                           f"got {len(found)}: {found}")
 
 
-def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int) -> list[tuple]:
+def frontier_split(y: np.ndarray, groups: np.ndarray, top: float) -> tuple[np.ndarray, np.ndarray]:
+    """The ``frontier`` protocol's one (train, test) split: test = every row of a model whose best
+    row scores at or above the ``1 - top`` quantile of ``y`` (numpy's default, linear), train = the
+    rest. y, groups : (n,). Returns index arrays (ascending)."""
+    cut = np.quantile(np.asarray(y, dtype=np.float64), 1.0 - float(top))
+    best = {g: np.max(y[groups == g]) for g in np.unique(groups)}
+    held = np.array([best[g] >= cut for g in groups])
+    return np.flatnonzero(~held), np.flatnonzero(held)
+
+
+def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int,
+                 y: np.ndarray | None = None) -> list[tuple]:
     """(train, test) index pairs of the outer CV.
 
     ``grouped`` and ``family`` (``groups``: each row's model or family): leave-one-group-out
     when there are at most ``max_loo_groups`` groups, else GroupKFold(``folds``); ``random``:
-    KFold(``folds``, shuffled with ``random_state``).
+    KFold(``folds``, shuffled with ``random_state``); ``frontier``: :func:`frontier_split` of the
+    scores ``y`` at ``params['frontier']['top']`` (no split, ``[]``, when fewer than
+    :data:`MIN_GROUPS` models would be left to train on).
     """
     from sklearn.model_selection import GroupKFold, KFold, LeaveOneGroupOut
 
@@ -139,6 +168,9 @@ def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], rand
     if protocol in GROUPED_BY:
         require_groups(groups, protocol)
     X = np.zeros((len(groups), 1))
+    if protocol == "frontier":
+        train, test = frontier_split(y, groups, params["frontier"]["top"])
+        return [(train, test)] if len(np.unique(groups[train])) >= MIN_GROUPS and len(test) else []
     if protocol in GROUPED_BY:
         cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
         return list(cv.split(X, groups=groups))
@@ -192,6 +224,15 @@ def make_regressor(name: str, X: np.ndarray, cv: list[tuple], params: dict[str, 
 
     if name == "mean":
         return DummyRegressor(strategy="mean")
+    if name == "knn":  # X: distances (n, n) between the training rows; k by the inner CV
+        from sklearn.model_selection import GridSearchCV
+        from sklearn.neighbors import KNeighborsRegressor
+
+        smallest = min(len(tr) for tr, _ in cv)
+        ks = sorted({min(int(k), smallest) for k in params["neighbours_k"]})
+        # GridSearchCV slices a precomputed matrix's rows and columns alike (sklearn's pairwise tag).
+        return GridSearchCV(KNeighborsRegressor(metric="precomputed"), {"n_neighbors": ks}, cv=cv,
+                            scoring="neg_mean_squared_error", error_score="raise")
     n, p = X.shape
     head = []
     if impute:  # baselines with missing values (no layer, unknown size); empty columns are kept (as 0)
@@ -236,12 +277,14 @@ def fit_regressor(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, p
 
 def cross_predict(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple], protocol: str,
                   params: dict[str, Any], random_state: int, weights: np.ndarray | None = None) -> np.ndarray:
-    """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits``."""
+    """Out-of-fold predictions (m,) of regressor ``name`` over the outer ``splits`` (NaN for rows no
+    split tests). ``knn``: X is the (m, m) distance matrix, sliced to the training columns."""
     pred = np.full(len(y), np.nan)
     impute = bool(np.isnan(X).any())
     for train, test in splits:
-        est = fit_regressor(name, X[train], y[train], groups[train], protocol, params, random_state, impute, weights)
-        pred[test] = est.predict(X[test])
+        Xtr, Xte = (X[np.ix_(train, train)], X[np.ix_(test, train)]) if name == "knn" else (X[train], X[test])
+        est = fit_regressor(name, Xtr, y[train], groups[train], protocol, params, random_state, impute, weights)
+        pred[test] = est.predict(Xte)
     return pred
 
 
@@ -343,7 +386,8 @@ def permutation_p_value(name: str, X: np.ndarray, y: np.ndarray, groups: np.ndar
             Xtr, Xte = Xtr @ V, Xte @ V
         search = est.named_steps["search"].set_params(alpha_per_target=True)
         pred[test] = search.fit(Xtr, Yp[train]).predict(Xte).reshape(len(test), -1)
-    null = spearman_pairs(Yp, pred)
+    tested = tested_rows(splits)  # every row but for the frontier's one split
+    null = spearman_pairs(Yp[tested], pred[tested])
     # As scipy.stats.permutation_test: a null equal to the observed value up to rounding counts as
     # reaching it (every shuffle giving the same statistic one ulp below it is p = 1, not 0.005).
     gamma = 100 * np.finfo(np.float64).eps * abs(observed)
@@ -358,40 +402,59 @@ def near_constant(v: np.ndarray) -> bool:
 
 
 def prediction_quality(y: np.ndarray, pred: np.ndarray) -> dict[str, float]:
-    """Spearman, Pearson and MAE of predictions vs truth (correlations NaN for input constant up to
-    rounding: :func:`near_constant`)."""
+    """Spearman, Pearson, MAE and the mean signed error (``bias``: predicted minus measured) of
+    predictions vs truth (correlations NaN for input constant up to rounding: :func:`near_constant`)."""
     from scipy.stats import pearsonr, spearmanr
 
     constant = near_constant(pred) or near_constant(y)
     return {"spearman": np.nan if constant else float(spearmanr(y, pred).statistic),
             "pearson": np.nan if constant else float(pearsonr(y, pred).statistic),
-            "mae": float(np.mean(np.abs(y - pred)))}
+            "mae": float(np.mean(np.abs(y - pred))), "bias": float(np.mean(pred - y))}
 
 
 def regressors_for(features: str) -> tuple[str, ...]:
-    """Both regressors for feature matrices; ridge for one-column baselines; the mean."""
+    """Both regressors for feature matrices; ridge for one-column baselines; k nearest neighbours
+    for the map's distances; the mean."""
     if features == "mean":
         return ("mean",)
+    if features == "neighbours":
+        return ("knn",)
     return ("ridge",) if features in ONE_COLUMN else REGRESSORS
 
 
 #: The uncertainty columns of a row of the table (NaN where ``params`` has no ``uncertainty``).
 UNCERTAINTY = ("spearman_low", "spearman_high", "p_value")
+#: The prediction-interval columns of a row (NaN where its predictions carry no interval).
+COVERAGE = ("coverage", "width")
 
 
-def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> tuple[np.ndarray, dict[str, float]]:
-    """Out-of-fold predictions of one (regressor, X, y, groups, splits, protocol, weights) unit,
-    and their quality with its uncertainty (``params['uncertainty']``: a bootstrap interval of
-    the Spearman over the held-out groups, a permutation p-value)."""
-    reg, X, y, g, splits, protocol, weights = unit
+def tested_rows(splits: list[tuple]) -> np.ndarray:
+    """The rows the outer ``splits`` predict, ascending (all rows but for the frontier's split)."""
+    return np.unique(np.concatenate([np.asarray(te, dtype=np.intp) for _, te in splits]))
+
+
+def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int
+                 ) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Out-of-fold predictions (n,) of one (regressor, X, y, groups, splits, protocol, weights,
+    intervals) unit, their conformal intervals (n, 2) (NaN unless ``intervals``:
+    :func:`encmap.downstream.intervals.heldout_intervals`), and the quality of the rows the
+    splits predict, with its uncertainty (``params['uncertainty']``: a bootstrap interval of the
+    Spearman over the held-out groups, a permutation p-value) and the intervals' coverage."""
+    from .intervals import coverage, heldout_intervals
+
+    reg, X, y, g, splits, protocol, weights, intervals = unit
     pred = cross_predict(reg, X, y, g, splits, protocol, params, random_state, weights)
-    q = prediction_quality(y, pred)
+    bounds = (heldout_intervals(X, y, g, splits, params, random_state, weights) if intervals
+              else np.full((len(y), 2), np.nan))
+    idx = tested_rows(splits)
+    yt, pt, gt = y[idx], pred[idx], g[idx]
+    q = prediction_quality(yt, pt) | dict(zip(COVERAGE, coverage(yt, bounds[idx]) if intervals else (np.nan,) * 2))
     u = params.get("uncertainty")
+    units = len(np.unique(gt))
     if u is None:
-        return pred, q | dict.fromkeys(UNCERTAINTY, np.nan) | {"units": len(np.unique(g)), "note": ""}
-    units = len(np.unique(g))
+        return pred, bounds, q | dict.fromkeys(UNCERTAINTY, np.nan) | {"units": units, "note": ""}
     if units >= u["min_units"]:
-        low, high = bootstrap_interval(y, pred, g, u["resamples"], u["level"], u["seed"])
+        low, high = bootstrap_interval(yt, pt, gt, u["resamples"], u["level"], u["seed"])
         note = ""
     else:  # a bootstrap over 2 or 3 units is no interval (3 encoders of one model: [-0.5, -0.5])
         low, high = np.nan, np.nan
@@ -399,14 +462,15 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int) -> tupl
                 f"regress.uncertainty.min_units = {u['min_units']}")
     p = permutation_p_value(reg, X, y, g, splits, protocol, params, random_state, q["spearman"],
                             u["permutations"], weights)
-    return pred, q | {"spearman_low": low, "spearman_high": high, "p_value": p, "units": units, "note": note}
+    return pred, bounds, q | {"spearman_low": low, "spearman_high": high, "p_value": p, "units": units,
+                              "note": note}
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
                      records: list[dict[str, Any]] | None, params: dict[str, Any], random_state: int,
                      n_jobs: int | None = None, families: list[str] | np.ndarray | None = None,
-                     spectral: dict[str, np.ndarray] | None = None, feature_sets: tuple[str, ...] = FEATURE_SETS
-                     ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+                     spectral: dict[str, np.ndarray] | None = None, feature_sets: tuple[str, ...] = FEATURE_SETS,
+                     distances: np.ndarray | None = None) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """Every task x protocol x feature set x regressor: out-of-fold predictions and their quality.
 
     Parameters
@@ -436,21 +500,27 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
         The leave-task-out sets (``tasks``, ``qre+tasks``) need at least 2 tasks.
     feature_sets : the sets to compare (default every one of :data:`FEATURE_SETS` there are
         data for), e.g. ``("tasks", "mean")`` for scores without features.
+    distances : ndarray (m, m), optional
+        The map's distances between the encoders (symmetrised exact QRE): the ``neighbours``
+        baseline (left out without them).
 
     Returns
     -------
     rows : list of dict
-        One per task x protocol x features x regressor: spearman, pearson, mae, n, and with
+        One per task x protocol x features x regressor: spearman, pearson, mae, bias, n (the
+        encoders predicted), coverage and width of the conformal intervals (ridge on
+        ``params['intervals']['features']``, model held out; else NaN), and with
         ``params['uncertainty']`` (resamples, permutations, level, seed) the Spearman's
         bootstrap interval over the held-out groups (``spearman_low``, ``spearman_high``) and
         its permutation p-value (``p_value``, :func:`permutation_p_value`; NaN for elasticnet,
         whose inner grid search is too costly to refit per permutation).
     predictions : list of dict
-        One per encoder x task x protocol x features x regressor: actual, predicted.
+        One per encoder predicted x task x protocol x features x regressor: actual, predicted, and
+        the conformal interval ``low``, ``high`` (None where there is none).
     """
     from ..parallel import map_single_threaded
 
-    labels = {"grouped": np.asarray(groups).astype(str), "random": np.asarray(groups).astype(str)}
+    labels = {p: np.asarray(groups).astype(str) for p in ("grouped", "random", "frontier")}
     if families is not None:
         labels["family"] = np.asarray(families).astype(str)
     base = baseline_features(records, F.shape, random_state)
@@ -458,6 +528,9 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
     if spectral:  # the spectral baselines whose summaries the matrix holds
         sets |= {name: predictor_blocks(name, F, spectral) for name, needs in NEEDS.items()
                  if all(k in spectral for k in needs)}
+    if distances is not None:
+        sets["neighbours"] = [np.asarray(distances, dtype=np.float64)]
+    from .intervals import with_intervals
     keys, units = [], []
     for t, task in enumerate(tasks):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
@@ -470,33 +543,45 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
             # families): that protocol is left out of the task, the others still run.
             if protocol not in labels or (protocol in GROUPED_BY and len(np.unique(labels[protocol][have])) < MIN_GROUPS):
                 continue
+            if protocol == "frontier" and "frontier" not in params:  # a regress section from before it
+                continue
             g = labels[protocol][have]
-            splits = outer_splits(g, protocol, params, random_state)
+            splits = outer_splits(g, protocol, params, random_state, y)
+            if not splits:  # a frontier that would leave fewer than 3 models to train on
+                continue
+            tested = tested_rows(splits)
             for fs in (fs for fs in FEATURE_SETS if fs in feature_sets and (fs in task_sets or fs == "mean")):
-                X, w = (np.zeros((len(have), 1)), None) if fs == "mean" else join_blocks(
-                    [b[have] for b in task_sets[fs]])
+                if fs == "mean":
+                    X, w = np.zeros((len(have), 1)), None
+                elif fs == "neighbours":
+                    X, w = task_sets[fs][0][np.ix_(have, have)], None
+                else:
+                    X, w = join_blocks([b[have] for b in task_sets[fs]])
                 for reg in regressors_for(fs):
-                    keys.append((task, protocol, fs, reg, have, y, len(splits)))
-                    units.append((reg, X, y, g, splits, protocol, w))
+                    keys.append((task, protocol, fs, reg, have[tested], y[tested], tested, len(splits)))
+                    units.append((reg, X, y, g, splits, protocol, w, with_intervals(reg, fs, protocol, params)))
     predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
     rows, preds = [], []
-    for (task, protocol, fs, reg, have, y, folds), (p, quality) in zip(keys, predicted):
+    for (task, protocol, fs, reg, rows_of, y, tested, folds), (p, bounds, quality) in zip(keys, predicted):
         rows.append({"task": task, "protocol": protocol, "features": fs, "regressor": reg,
-                     "n": len(have), "folds": folds} | quality)
-        preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs,
-                      "regressor": reg, "actual": float(a), "predicted": float(b)}
-                     for i, a, b in zip(have, y, p))
+                     "n": len(rows_of), "folds": folds} | quality)
+        preds.extend({"encoder": int(i), "task": task, "protocol": protocol, "features": fs, "regressor": reg,
+                      "actual": float(a), "predicted": float(b),
+                      # None (an empty cell) where the row has no interval
+                      "low": float(lo) if np.isfinite(lo) else None, "high": float(hi) if np.isfinite(hi) else None}
+                     for i, a, b, (lo, hi) in zip(rows_of, y, p[tested], bounds[tested]))
     return rows, preds
 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Mean over tasks of Spearman, Pearson and MAE per features x regressor x protocol (DVC metrics)."""
+    """Mean over tasks of Spearman, Pearson, MAE, the mean signed error and the conformal
+    intervals' coverage per features x regressor x protocol (DVC metrics)."""
     out: dict[str, Any] = {}
     for r in rows:
         key = out.setdefault(r["features"], {}).setdefault(r["regressor"], {}).setdefault(r["protocol"], [])
         key.append(r)
     return {fs: {reg: {prot: {m: float(np.nanmean([r[m] for r in rs])) if any(np.isfinite(r[m]) for r in rs)
-                              else None for m in ("spearman", "pearson", "mae")}
+                              else None for m in ("spearman", "pearson", "mae", "bias", "coverage")}
                        for prot, rs in by_prot.items()}
                  for reg, by_prot in by_reg.items()}
             for fs, by_reg in out.items()}

@@ -94,6 +94,12 @@
       axref: "x", ayref: "y", showarrow: true, arrowhead: 2, arrowsize: 1, arrowwidth: 1.2,
       arrowcolor: "#b22222", opacity: 0.8, text: ""}));
   }
+  // One placed encoder's predicted score on a task: [task, value, low, high, why it extrapolates].
+  function predictedLine([t, v, lo, hi, why]) {
+    const f = x => x === null ? "n/a" : x.toFixed(3);
+    return t + ": " + f(v) + (lo === null ? "" : " [" + f(lo) + ", " + f(hi) + "]") +
+      (why ? "  EXTRAPOLATING: " + why : "");
+  }
   function titleText() { return esc(m + " encoders, t-SNE of QRE features: " + D.layouts[L].name); }
   const [lx0, ly0] = pathXY();
   const first = colours(D.fields[0]);
@@ -109,7 +115,9 @@
      text: D.placed.map(p => esc(p.id)), textposition: "top center", showlegend: false, name: "placed",
      hovertext: D.placed.map(p => "<b>placed: " + esc(p.id) + "</b><br>" +
        (p.same ? "the same encoder as " + esc(p.same) + "<br>" : "") +
-       p.neighbours.map(([id, d]) => esc(id) + "  " + d.toPrecision(4)).join("<br>")),
+       p.neighbours.map(([id, d]) => esc(id) + "  " + d.toPrecision(4)).join("<br>") +
+       (p.predicted.length ? "<br><i>predicted (" + esc(D.predictor) + ", ridge)</i><br>" +
+        p.predicted.map(r => esc(predictedLine(r))).join("<br>") : "")),
      hoverinfo: "text", marker: {size: 16, symbol: "star", color: "#000000", line: {width: 1, color: "#ffd700"}}},
   ];
   const layout = {margin: {l: 40, r: 10, t: 30, b: 40}, dragmode: "pan", hovermode: "closest",
@@ -173,7 +181,9 @@
     Plotly.restyle("map", {x: [[at[0], ...idx.map(j => P.x[j])]], y: [[at[1], ...idx.map(j => P.y[j])]],
       "marker.size": [[22, ...idx.map(() => 14)]]}, [2]);
     info.textContent = q + "\nnearest in feature space (" + D.metric + "):\n" +
-      nb.map(([id, d], r) => (r + 1) + ". " + id + "  " + d.toPrecision(4)).join("\n");
+      nb.map(([id, d], r) => (r + 1) + ". " + id + "  " + d.toPrecision(4)).join("\n") +
+      (i < 0 && p.predicted.length ? "\npredicted (" + D.predictor + ", ridge; [conformal interval]):\n" +
+       p.predicted.map(predictedLine).join("\n") : "");
   }
   search.addEventListener("input", highlight);
   search.addEventListener("change", highlight);

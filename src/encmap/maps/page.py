@@ -41,7 +41,9 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
     fields : metadata fields offered by the colour selector (first = initial colouring)
     nn_idx, nn_dist : ndarrays (m, k), nearest neighbours in the full feature space
     placed : new encoders marked on the map: dicts with ``id``, ``x``, ``y``, ``record``,
-        ``neighbours`` (list of [id, distance]); drawn on the main layout only
+        ``neighbours`` (list of [id, distance]), optionally ``predicted`` (rows ``[task, ridge's
+        prediction, low, high, why it extrapolates ("" if it does not)]``, the interval's ends None
+        where there is none); drawn on the main layout only
     layout : name of the main layout
     others : further layouts by name, each an ndarray (m, 2) of the same encoders
     faithfulness : per layout name, figures shown beside it (name -> value)
@@ -84,7 +86,9 @@ def page_data(ids: Sequence[str], coords: np.ndarray, records: Sequence[dict], f
         "predictor": predictor,
         "placed": [{"id": p["id"], "x": float(p["x"]), "y": float(p["y"]), "values": field_values(p["record"]),
                     "same": p.get("same_as"),
-                    "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]]} for p in placed],
+                    "neighbours": [[str(a), float(b)] for a, b in p["neighbours"]],
+                    "predicted": [[str(t), num(v), num(lo), num(hi), str(why)]
+                                  for t, v, lo, hi, why in p.get("predicted", ())]} for p in placed],
     }
 
 
@@ -106,7 +110,8 @@ def render_page(data: dict, title: str = "encmap: map of sentence encoders") -> 
 
     from plotly.offline import get_plotlyjs
 
-    placed = ", ".join(p["id"] for p in data["placed"])
+    placed = ", ".join(p["id"] + (" (extrapolating)" if any(r[4] for r in p["predicted"]) else "")
+                       for p in data["placed"])
     note = (f"{len(data['ids'])} encoders. Hover a point for its metadata and nearest neighbours; scroll "
             f"to zoom, drag to pan; double-click resets.") + (f" Placed: {placed} (star)." if placed else "")
     return "".join([

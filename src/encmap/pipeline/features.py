@@ -15,7 +15,8 @@ from ..qre.features import encoder_features
 
 def features_step(pip_file: str, out: str, *, direction: str, eps: float, threads: int | None = None) -> None:
     """QRE features (n,) of one encoder from its stored factored PIP, with its spectrum's summaries
-    (datasets ``profile`` (16,) and ``head`` (32,), attributes ``entropy`` and ``log_rank``); a
+    (datasets ``profile`` (16,) and ``head`` (32,), attributes ``entropy``, ``log_rank`` and
+    ``log_scale``); a
     placeholder for a failed model."""
     _, attrs = read_h5(pip_file, [])
     if attrs.get("failed"):  # the model failed under embed.on_error: skip
@@ -28,4 +29,5 @@ def features_step(pip_file: str, out: str, *, direction: str, eps: float, thread
     write_h5(out, {"features": f["features"], "profile": f["profile"], "head": f["head"]},
              {k: attrs.get(k, "") for k in CARRIED} | {
                  "d": int(attrs["d"]), "direction": direction, "eps": eps, "qre_to_base": f["qre_to_base"],
-                 "entropy": f["entropy"], "log_rank": f["log_rank"], "encmap_version": __version__})
+                 "entropy": f["entropy"], "log_rank": f["log_rank"], "log_scale": f["log_scale"],
+                 "encmap_version": __version__})

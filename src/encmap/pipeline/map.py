@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from .. import __version__
-from ..artifacts.features import left_off, read_feature_matrix
+from ..artifacts.features import left_off, read_feature_matrix, read_pairwise_qre
 from ..downstream.score_tables import held_out_scores
 from ..io import atomic_write_json, atomic_write_text, read_h5, rounded, write_h5
 from ..maps.distances import feature_distances, groups_of, identical_groups, nearest_neighbours, symmetrised_qre
@@ -56,16 +56,11 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
                           "results/features/failures.json and the gather log)")
     given, params = params, _fit_to_mapped(params, m, off)
     check_perplexity(params["perplexity"], m)
-    pw, pattrs = read_h5(pairwise, ["qre", "encoder_ids"])
-    if list(map(str, pw["encoder_ids"])) != ids or pattrs["sentences_sha256"] != fm["attrs"]["sentences_sha256"] \
-            or float(pattrs["eps"]) != float(fm["attrs"]["eps"]):
-        raise EncmapError(f"{pairwise} and {features} describe different encoders, sentence sets or eps "
-                          f"({pattrs['sentences_sha256'][:12]}… vs {fm['attrs']['sentences_sha256'][:12]}…); "
-                          "rerun the pairwise stage")
+    Q = read_pairwise_qre(pairwise, fm)
     table = [field_values(r) for r in records]  # raises naming an encoder whose meta lacks a field
     t0 = time.perf_counter()
     L = feature_distances(F, "manhattan")
-    S = symmetrised_qre(pw["qre"])
+    S = symmetrised_qre(Q)
     # Encoders that are one encoder (features equal to rounding) are drawn as one, in both layouts.
     rep = identical_groups(F, L)
     same = [ids[r] if r != i else None for i, r in enumerate(rep)]
@@ -108,7 +103,7 @@ def map_step(features: str, pairwise: str, out: dict[str, str], *, params: dict[
         sep = separation(D, col["kind"], col["model"])
         block |= {"control_separation_ratio": sep["ratio"], "silhouette_kind": sep["silhouette_kind"]}
         metrics[name] = block
-    metrics["l1_vs_exact_qre"] = l1_vs_exact_qre(L, pw["qre"])
+    metrics["l1_vs_exact_qre"] = l1_vs_exact_qre(L, Q)
     # Each layout's faithfulness, for the page: how well its neighbours keep those of the
     # distance it was fitted on, and that distance's purity figures.
     layouts = {metric: tmap.coords, other: tmap2.coords}

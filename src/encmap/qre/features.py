@@ -76,7 +76,9 @@ def encoder_features(spec: ArrayOrSpectrum, *, direction: str, eps: float) -> di
 
     Returns ``features`` (n,): :func:`qre_features`; ``qre_to_base``: :func:`qre_to_base`;
     ``profile`` (16,), ``head`` (32,), ``entropy`` and ``log_rank`` (ln r): the spectrum's own
-    summaries (:mod:`encmap.qre.spectral`, the regression's spectral baselines).
+    summaries (:mod:`encmap.qre.spectral`, the regression's spectral baselines); ``log_scale``:
+    ln(tr M / n), the mean squared norm of the embeddings the PIP matrix M was made of, which the
+    unit-trace ρ leaves out (the ``head+scale`` predictor puts it back).
     """
     from .spectral import spectral_head, spectral_profile, von_neumann_entropy
 
@@ -84,4 +86,5 @@ def encoder_features(spec: ArrayOrSpectrum, *, direction: str, eps: float) -> di
     return {"features": qre_features(spec, direction=direction, eps=eps),
             "qre_to_base": qre_to_base(spec, direction=direction, eps=eps),
             "profile": spectral_profile(spec, eps=eps), "head": spectral_head(spec, eps=eps),
-            "entropy": von_neumann_entropy(spec, eps=eps), "log_rank": float(np.log(spec.rank))}
+            "entropy": von_neumann_entropy(spec, eps=eps), "log_rank": float(np.log(spec.rank)),
+            "log_scale": float(np.log(spec.trace / spec.U.shape[0]))}

@@ -255,7 +255,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
           inputs=lambda c: {"tasks": "data/eval/tasks.json", "sentences": _sentences(c)},
           outputs=lambda c: {"scores": "results/eval/{model}"}, directories=("scores",),
           doc="Per model: the downstream scores of every encoder."),
-    Stage("regress", deps=(FEATURE_MATRIX, "results/eval"), sources=_regress_sources, params=("regress",),
+    Stage("regress", deps=(FEATURE_MATRIX, "results/similarity/qre_pairwise.h5", "results/eval"), sources=_regress_sources,
+          params=("regress",),
           tracks=(Track("results/regression/table.csv"), Track("results/regression/scores.csv"),
                   Track(REGRESSORS), Track("results/regression/failures.json"),
                   Track("results/regression/mteb_scores.csv"), Track("results/regression/mteb_sources.json"),
@@ -264,6 +265,8 @@ STAGES: dict[str, Stage] = {s.name: s for s in (
                         plot={"x": "actual", "y": "predicted", "template": "scatter"}),
                   Track("results/regression/figures", kind="plots")),
           inputs=lambda c: {"features": FEATURE_MATRIX, "evals": _per_model("results/eval/{model}")(c),
+                            # the map's exact distances: the neighbours baseline
+                            "pairwise": "results/similarity/qre_pairwise.h5",
                             "tables": [t["path"] for t in c["regress"]["score_tables"]],
                             # published MTEB scores read from a local copy of MTEB's results
                             "mteb": [r for r in [c["regress"]["mteb"]["results"]] if r not in (None, "remote")]},
