@@ -132,7 +132,7 @@ def test_an_interrupted_run_resumes_from_the_cache(server, proxy, monkeypatch):
 
 @pytest.mark.slow(minutes=1)
 def test_a_wrong_key_is_a_clear_error_and_nothing_is_kept(proxy, monkeypatch, tmp_path):
-    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+    from encmap.encoders.served.cache import ResponseCache, cache_key
 
     monkeypatch.setenv("ENCMAP_TEST_API_KEY", "sk-wrong")
     with pytest.raises(EncmapError, match=r"model 'mini-api': .*refused the key in \$ENCMAP_TEST_API_KEY \(HTTP 401") as e:
@@ -198,7 +198,7 @@ def test_redaction_hides_every_spelling_and_every_long_piece_of_the_key_and_noth
     import base64
     from urllib.parse import quote
 
-    from encmap.encoders.backends.openai_api import KEY_PIECE, redact
+    from encmap.encoders.served.keys import KEY_PIECE, redact
 
     assert KEY_PIECE == PIECE
     k = LONG_KEY
@@ -294,7 +294,7 @@ def test_a_429_storm_is_retried_and_the_run_finishes(proxy):
 
 @pytest.mark.slow(minutes=1)
 def test_answers_out_of_order_are_put_back_and_malformed_ones_refused(proxy):
-    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+    from encmap.encoders.served.cache import ResponseCache, cache_key
 
     ref = embed_model("mini-api", api_spec(proxy.url), TEXTS[:8]).arrays["mini-api__out"]
     proxy.mode = "reverse"
@@ -323,7 +323,8 @@ def test_a_budget_is_checked_before_anything_is_sent(proxy):
     assert proxy.requests == 0
     # The budget is the entry's over every call, the probes counted. Old: checked per call, so embed
     # 2,262 + evaluate 34,475 tokens passed a 36,000 budget.
-    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+    from encmap.encoders.served.budget import estimate_tokens
+    from encmap.encoders.served.drift import PROBES
 
     first, rest = TEXTS[:24], TEXTS[24:]
     budget = estimate_tokens(first) + estimate_tokens(list(PROBES)) + 10
@@ -360,7 +361,8 @@ def test_two_calls_of_one_entry_started_together_share_its_budget(proxy, tmp_pat
     import subprocess
     import sys
 
-    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+    from encmap.encoders.served.budget import estimate_tokens
+    from encmap.encoders.served.drift import PROBES
 
     halves = TEXTS[:24], TEXTS[24:]
     need = max(estimate_tokens(list(h)) for h in halves) + estimate_tokens(list(PROBES))
@@ -389,11 +391,11 @@ def test_a_running_call_holds_its_tokens_until_it_ends_however_it_ends(tmp_path)
     import subprocess
     import sys
 
-    from encmap.encoders.backends.openai_api import spend, tokens_spent
+    from encmap.encoders.served.budget import spend, tokens_spent
 
     spec, ledger = api_spec("http://127.0.0.1:9", max_tokens=100), tmp_path / "spent.json"
     hold = ("import json, sys, time\nfrom pathlib import Path\n"
-            "from encmap.encoders.backends.openai_api import spend\n"
+            "from encmap.encoders.served.budget import spend\n"
             "with spend('mini-api', json.loads(sys.argv[1]), Path(sys.argv[2]), 80, 5):\n"
             "    print('held', flush=True)\n    time.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", hold, json.dumps(spec), str(ledger)], stdout=subprocess.PIPE,
@@ -420,7 +422,8 @@ def test_a_running_call_holds_its_tokens_until_it_ends_however_it_ends(tmp_path)
 def test_a_usage_the_server_gets_wrong_is_refused_and_never_lowers_the_spend(proxy):
     """Old: a server reporting usage.prompt_tokens -100000 drove the entry's recorded spend negative,
     which switched its budget off; 2.5, "12" and true were taken or estimated without a word."""
-    from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+    from encmap.encoders.served.budget import estimate_tokens
+    from encmap.encoders.served.drift import PROBES
 
     ledger = Path(os.environ["ENCMAP_CACHE"]) / "api" / "spent.json"
     for k, bad in enumerate([-100000, 2.5, "12", True]):
@@ -443,8 +446,8 @@ def test_a_cache_locked_for_a_moment_is_waited_for_and_never_called_unreadable(t
     import sqlite3
     import threading
 
-    from encmap.encoders.backends import openai_api
-    from encmap.encoders.backends.openai_api import ResponseCache
+    from encmap.encoders.served import cache as served_cache
+    from encmap.encoders.served.cache import ResponseCache
 
     path = tmp_path / "embeddings.sqlite"
     holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
@@ -462,7 +465,7 @@ def test_a_cache_locked_for_a_moment_is_waited_for_and_never_called_unreadable(t
     holder = sqlite3.connect(other, isolation_level=None)
     holder.execute("CREATE TABLE t (a)")
     holder.execute("BEGIN IMMEDIATE")
-    monkeypatch.setattr(openai_api, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(served_cache, "LOCK_WAIT_S", 0.5)
     with pytest.raises(EncmapError, match=r"other.sqlite: the API vectors' cache stayed locked by another process "
                                           r"for 0.5 s") as e:
         ResponseCache(other)
@@ -591,7 +594,7 @@ def test_served_answers_are_checked_not_taken_on_trust(proxy, tmp_path):
     """Old (issue 49): 1e39 passed the finite check (made in float64) and was cached as inf; a
     malformed first probe answer became the drift reference; base64 vectors, a null embedding and
     HTML were raw ValueError / TypeError / JSONDecodeError."""
-    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+    from encmap.encoders.served.cache import ResponseCache, cache_key
 
     ref = embed_model("mini-api", api_spec(proxy.url), TEXTS[:8]).arrays["mini-api__out"]
     proxy.mode = "base64"  # decoded as the protocol defines it: the same vectors
@@ -619,7 +622,7 @@ def test_served_answers_are_checked_not_taken_on_trust(proxy, tmp_path):
 def test_two_endpoints_never_share_vectors_and_bad_input_is_named(server, tmp_path):
     """Old: two entries of the same model and revision at different base_urls shared the cache (the
     second got the first server's vectors with 0 requests, its provenance naming the second URL)."""
-    from encmap.encoders.backends.openai_api import ResponseCache
+    from encmap.encoders.served.cache import ResponseCache
     from encmap.encoders.variants import check_model_spec
 
     a, b = Proxy(server.url), Proxy(server.url)
@@ -668,7 +671,7 @@ def test_the_served_model_is_checked_and_an_answer_has_a_total_deadline(server, 
     with pytest.raises(EncmapError, match=r"the answer of .* to inputs 0-7 did not arrive whole within 2 s"):
         embed_model("mini-api", spec, TEXTS[:8])
     assert time.monotonic() - t0 < 30
-    from encmap.encoders.backends.openai_api import ResponseCache, cache_key
+    from encmap.encoders.served.cache import ResponseCache, cache_key
 
     assert ResponseCache().get([cache_key(spec, t) for t in TEXTS[:8]]) == {}
 
@@ -754,7 +757,7 @@ def test_a_key_where_its_variables_name_goes_or_malformed_is_refused_locally_and
     """Issue 70 item 5. Old: `api_key_env: <the key>` was printed whole by `encmap check`; a key with a
     stray CR, LF or space (a CRLF .env) was refused by the HTTP library and reported as "no answer ...
     after 8 retries" 35 s later; one holding `…` broke off with a UnicodeEncodeError."""
-    from encmap.encoders.backends.openai_api import api_key
+    from encmap.encoders.served.keys import api_key
     from encmap.encoders.variants import check_model_spec
     from encmap.params import check_api_keys
 
@@ -862,8 +865,9 @@ def test_a_killed_calls_sent_tokens_count_and_a_locked_cache_loses_no_paid_answe
     sent and paid for the requests, then lost the answers."""
     import sqlite3
 
-    from encmap.encoders.backends import openai_api
-    from encmap.encoders.backends.openai_api import ResponseCache, _budget_key, spend, tokens_spent
+    from encmap.encoders.served import cache as served_cache
+    from encmap.encoders.served.budget import _budget_key, spend, tokens_spent
+    from encmap.encoders.served.cache import ResponseCache
 
     spec, ledger = api_spec("http://127.0.0.1:9", max_tokens=1000), tmp_path / "spent.json"
     folder = ledger.with_name("spent.json.held")
@@ -876,7 +880,7 @@ def test_a_killed_calls_sent_tokens_count_and_a_locked_cache_loses_no_paid_answe
         used[0] = 7
     assert tokens_spent(spec, ledger) == 350 + 7 and not list(folder.iterdir())
     # A cache another process holds write-locked: refused before anything is sent.
-    monkeypatch.setattr(openai_api, "LOCK_WAIT_S", 0.5)
+    monkeypatch.setattr(served_cache, "LOCK_WAIT_S", 0.5)
     cache = Path(os.environ["ENCMAP_CACHE"]) / "api" / "embeddings.sqlite"
     ResponseCache().close()
     holder = sqlite3.connect(cache)

@@ -12,7 +12,8 @@ import sys
 
 import tiktoken
 
-from encmap.encoders.backends.openai_api import PROBES, estimate_tokens
+from encmap.encoders.served.budget import estimate_tokens
+from encmap.encoders.served.drift import PROBES
 from encmap.io import read_sentences
 
 path = sys.argv[1] if len(sys.argv) > 1 else "data/sentences/default.txt"

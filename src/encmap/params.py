@@ -152,7 +152,7 @@ def check_mteb_targets(params: dict, where: str = "params") -> None:
 def check_api_keys(params: dict, where: str = "params") -> None:
     """Every ``openai`` model's key variable is set, and its value is nowhere in the model's
     ``base_url`` (the value is never shown)."""
-    from .encoders.backends.openai_api import check_key_env, check_key_form, check_key_not_in_url
+    from .encoders.served.keys import check_key_env, check_key_form, check_key_not_in_url
 
     served = {m: s for m, s in params["models"].items() if s["backend"] == "openai"}
     for m, s in served.items():  # a key written where the variable's name goes: refused, never repeated
