@@ -746,6 +746,36 @@ def test_page_switches_layouts_and_draws_lineage_in_headless_chromium(tmp_path):
     assert "lee  0.500 / 0.375" in seen["hover"]
 
 
+@pytest.mark.browser
+def test_a_placed_encoders_predictions_show_their_interval_and_say_where_they_extrapolate(tmp_path):
+    """Issue 71: searched on the page, a placed encoder lists its predicted scores with their
+    conformal interval, and a prediction outside what the regressor was fitted on says so and
+    why (text from the data reaches the page as text); the page's note marks it."""
+    from support.browser import inspect_map_page
+
+    from encmap.maps.page import page_data, render_page
+
+    recs = lineage_records()
+    ids = [r["id"] for r in recs]
+    a = np.random.default_rng(1).normal(size=(7, 2)) * 10
+    idx, dist = nearest_neighbours(cdist(a, a), 3)
+    why = "its nearest training encoder (<b>x</b>) is 9.1 away, farther than any held-out model lay (6.2)"
+    placed = [{"id": "mine__out", "x": 1.0, "y": 2.0, "record": recs[0], "neighbours": [(ids[0], 0.5)],
+               "predicted": [["lee", 0.5, 0.25, 0.75, ""], ["polarity", 0.9, 0.7, 1.1, why],
+                             ["sts", 0.4, None, None, ""]]}]
+    html = tmp_path / "map.html"
+    html.write_text(render_page(page_data(ids, a, recs, ["model"], idx, dist, "l1", placed, predictor="head")),
+                    encoding="utf-8")
+    shot = Path(__import__("os").environ.get("ENCMAP_SCREENSHOTS", tmp_path)) / "map_placed_intervals.png"
+    seen = inspect_map_page(html, shot, colour_field="model", search="mine__out")
+    assert seen["errors"] == [] and seen["pwned"] is None
+    lines = seen["info"].splitlines()
+    assert "predicted (head, ridge; [conformal interval]):" in lines
+    assert "lee: 0.500 [0.250, 0.750]" in lines and "sts: 0.400" in lines
+    assert f"polarity: 0.900 [0.700, 1.100]  EXTRAPOLATING: {why}" in lines, lines
+    assert "Placed: mine__out (extrapolating) (star)." in html.read_text()
+
+
 # ---------------------------------------------------------------------------------- place: where it writes
 
 

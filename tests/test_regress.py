@@ -795,13 +795,13 @@ def test_the_bootstrap_interval_resamples_whole_models():
 def test_the_default_predictor_is_the_plain_ridgecv_protocol():
     """Issue 65: with params.yaml's regress section, the default predictor's ridge rows are what a
     user gets from scikit-learn alone: StandardScaler -> RidgeCV over np.logspace(-3, 5, 17) on
-    [ln head, entropy, ln rank, exp(entropy)], GroupKFold(5) by model past 20 models, Spearman
-    of the pooled out-of-fold predictions. Old: a 34-column head and alpha by inner grouped CV
-    over 8 alphas."""
+    [ln head, entropy, ln rank, exp(entropy)], one model held out at a time (issue 71: 25 models;
+    old: GroupKFold(5) past 20 models), Spearman of the pooled out-of-fold predictions. Older: a
+    34-column head and alpha by inner grouped CV over 8 alphas."""
     import yaml
     from scipy.stats import spearmanr
     from sklearn.linear_model import RidgeCV
-    from sklearn.model_selection import GroupKFold
+    from sklearn.model_selection import LeaveOneGroupOut
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
@@ -811,13 +811,13 @@ def test_the_default_predictor_is_the_plain_ridgecv_protocol():
     y = Y[:, 0] + 0.02 * np.random.default_rng(1).standard_normal(len(Y))
     X = np.c_[spectral["head"], spectral["entropy"], spectral["log_rank"], np.exp(spectral["entropy"])]
     pred = np.empty(len(y))
-    for train, test in GroupKFold(n_splits=5).split(X, groups=groups):
+    for train, test in LeaveOneGroupOut().split(X, groups=groups):
         pred[test] = make_pipeline(StandardScaler(), RidgeCV(alphas=np.logspace(-3, 5, 17))).fit(
             X[train], y[train]).predict(X[test])
     rows, _ = regression_table(np.zeros((len(y), 3)), y[:, None], ["top"], groups, None, params, params["seed"],
                                spectral=spectral, feature_sets=("head",))
     r = table(rows, protocol="grouped", features="head", regressor="ridge")[0]
-    assert r["spearman"] == pytest.approx(spearmanr(y, pred).statistic, abs=1e-12) and r["folds"] == 5
+    assert r["spearman"] == pytest.approx(spearmanr(y, pred).statistic, abs=1e-12) and r["folds"] == 25
     assert r["spearman_low"] < r["spearman"] < r["spearman_high"] and r["p_value"] == pytest.approx(1 / 200)
 
 

@@ -91,7 +91,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                      "device": "cpu", "mteb": {"tasks": [], "split": "test"}, "on_error": "stop"},
         # Two candidates per inner search (an α each for ridge, a PCA size each for ElasticNet): every
         # choice is still made by the inner CV, with fewer fits (test_regress checks the search).
-        "regress": {"seed": 0, "max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
+        "regress": {"seed": 0, "max_loo_groups": 20, "elasticnet_max_loo_groups": 20, "folds": 3, "inner_folds": 2, "pca_dims": [2, 4],
                     "elasticnet_alphas": [0.1], "l1_ratios": [0.5], "ridge_alphas": [0.1, 10.0],
                     "max_iter": 10000, "score_tables": [], "predictor": "qre", "ridge_alpha_cv": "loo",
                     "uncertainty": {"resamples": 1000, "permutations": 99, "level": 0.95, "seed": 0,

@@ -152,12 +152,21 @@ def frontier_split(y: np.ndarray, groups: np.ndarray, top: float) -> tuple[np.nd
     return np.flatnonzero(~held), np.flatnonzero(held)
 
 
+def loo_limit(params: dict[str, Any], regressor: str | None = None) -> int:
+    """The most groups a held-out-group CV of ``regressor`` leaves out one at a time:
+    ``elasticnet_max_loo_groups`` for elasticnet (its inner grid search per outer fold was 80% of
+    the stage's time: docs/downstream.md), else ``max_loo_groups``."""
+    if regressor == "elasticnet" and "elasticnet_max_loo_groups" in params:
+        return int(params["elasticnet_max_loo_groups"])
+    return int(params["max_loo_groups"])
+
+
 def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], random_state: int,
-                 y: np.ndarray | None = None) -> list[tuple]:
+                 y: np.ndarray | None = None, regressor: str | None = None) -> list[tuple]:
     """(train, test) index pairs of the outer CV.
 
     ``grouped`` and ``family`` (``groups``: each row's model or family): leave-one-group-out
-    when there are at most ``max_loo_groups`` groups, else GroupKFold(``folds``); ``random``:
+    when there are at most :func:`loo_limit` groups, else GroupKFold(``folds``); ``random``:
     KFold(``folds``, shuffled with ``random_state``); ``frontier``: :func:`frontier_split` of the
     scores ``y`` at ``params['frontier']['top']`` (no split, ``[]``, when fewer than
     :data:`MIN_GROUPS` models would be left to train on).
@@ -172,7 +181,7 @@ def outer_splits(groups: np.ndarray, protocol: str, params: dict[str, Any], rand
         train, test = frontier_split(y, groups, params["frontier"]["top"])
         return [(train, test)] if len(np.unique(groups[train])) >= MIN_GROUPS and len(test) else []
     if protocol in GROUPED_BY:
-        cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
+        cv = LeaveOneGroupOut() if n_groups <= loo_limit(params, regressor) else GroupKFold(n_splits=params["folds"])
         return list(cv.split(X, groups=groups))
     if protocol == "random":
         k = min(params["folds"], len(groups))
@@ -546,10 +555,10 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
             if protocol == "frontier" and "frontier" not in params:  # a regress section from before it
                 continue
             g = labels[protocol][have]
-            splits = outer_splits(g, protocol, params, random_state, y)
-            if not splits:  # a frontier that would leave fewer than 3 models to train on
+            by_reg = {reg: outer_splits(g, protocol, params, random_state, y, reg) for reg in ("ridge", "elasticnet")}
+            if not by_reg["ridge"]:  # a frontier that would leave fewer than 3 models to train on
                 continue
-            tested = tested_rows(splits)
+            tested = tested_rows(by_reg["ridge"])
             for fs in (fs for fs in FEATURE_SETS if fs in feature_sets and (fs in task_sets or fs == "mean")):
                 if fs == "mean":
                     X, w = np.zeros((len(have), 1)), None
@@ -558,6 +567,7 @@ def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: lis
                 else:
                     X, w = join_blocks([b[have] for b in task_sets[fs]])
                 for reg in regressors_for(fs):
+                    splits = by_reg.get(reg, by_reg["ridge"])
                     keys.append((task, protocol, fs, reg, have[tested], y[tested], tested, len(splits)))
                     units.append((reg, X, y, g, splits, protocol, w, with_intervals(reg, fs, protocol, params)))
     predicted = map_single_threaded(partial(_out_of_fold, params=params, random_state=random_state), units, n_jobs)
