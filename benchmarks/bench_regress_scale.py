@@ -3,7 +3,7 @@ features, the default params' protocol with its intervals and permutations, on `
 
 Stand-in: 1,101 encoders of 300 models (3-4 variants each) in 60 families; features a seeded
 low-rank latent state seen through 10,000 noisy columns; the spectral summaries (head 32,
-profile 16, entropy, log rank) as gather stores them; ``--tasks`` scores, each a linear function
+profile 16, entropy, log rank, log scale) as gather stores them; ``--tasks`` scores, each a linear function
 of the latent state plus noise; width, layer and parameter records for the baselines. Runs
 ``regression_table`` (every feature set, both regressors, model/family/random held out, the
 bootstrap intervals and the permutation p-values) and ``fit_final`` (the default predictor), and
@@ -36,7 +36,8 @@ def stand_in(m: int, n: int, models: int, families: int, T: int, seed: int = 0):
     Y = Z @ rng.standard_normal((5, T)) + rng.standard_normal((m, T))
     lam = np.sort(rng.dirichlet(np.ones(32), m), axis=1)[:, ::-1]
     spectral = {"head": np.log(lam), "profile": np.log(lam[:, ::2]), "entropy": -(lam * np.log(lam)).sum(axis=1),
-                "log_rank": np.log(rng.integers(64, 1024, m).astype(float))}
+                "log_rank": np.log(rng.integers(64, 1024, m).astype(float)),
+                "log_scale": rng.normal(0.0, 2.0, m)}
     records = [{"d": int(rng.integers(64, 1024)), "layer": None if i % 4 == 0 else int(i % 12),
                 "meta": {"parameters": int(1e6 * (1 + i % 50))}} for i in range(m)]
     return F, Y, groups, fams, spectral, records

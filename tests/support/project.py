@@ -97,7 +97,7 @@ def tiny_params(model_dir: Path, user_file: Path, n: int = 200, st_dir: Path | N
                     "uncertainty": {"resamples": 1000, "permutations": 99, "level": 0.95, "seed": 0,
                                     "min_units": 5},
                     "frontier": {"top": 0.2}, "neighbours_k": [1, 2, 3],
-                    "intervals": {"level": 0.9, "score": "absolute", "floor": 0.1, "features": ["head"]},
+                    "intervals": {"level": 0.9, "folds": 0, "score": "absolute", "floor": 0.1, "features": ["head"]},
                     "mteb": {"results": None, "benchmark": "MTEB(eng, v1)", "tasks": [], "split": None, "bare_only": False}},
     }
 

@@ -4,8 +4,10 @@ new encoder lies outside what the predictor was fitted on (pure maths).
 The intervals are MAPIE's cross-conformal ones (CV+, Barber et al. 2021) with the cross-validation
 grouped by model: each training encoder's conformity score is its error when its whole model was
 held out, so an interval is as wide as the errors on *unseen models* are, not on unseen variants
-of a seen model. With at most ``max_loo_groups`` models the CV is leave-one-model-out (jackknife+
-over models), GroupKFold(``folds``) beyond. The conformity score is ``intervals.score``:
+of a seen model. The CV is GroupKFold(``intervals.folds``) over models (CV+), or with
+``intervals.folds: 0`` leave-one-model-out up to ``max_loo_groups`` models (jackknife+ over models;
+its cost grows with the square of the models in the held-out measurement). The conformity score
+is ``intervals.score``:
 
 - ``absolute``: |y - ŷ|. CV+ still widens an interval where the fold models disagree, which they
   do away from the training encoders;
@@ -107,9 +109,9 @@ class DistanceScore(BaseRegressionScore):
 def conformal_regressor(X: np.ndarray, groups: np.ndarray, params: dict[str, Any], random_state: int,
                         weights: np.ndarray | None = None):
     """An unfitted ``mapie.regression.CrossConformalRegressor`` around the regression's ridge for
-    training rows X (n, p) of models ``groups`` (n,): CV+ over models (leave-one-model-out up to
-    ``max_loo_groups``, GroupKFold(``folds``) beyond), at ``intervals.level``, with
-    ``intervals.score``."""
+    training rows X (n, p) of models ``groups`` (n,): CV+ over models (GroupKFold(``intervals.folds``),
+    at most one fold a model; ``intervals.folds: 0``: leave-one-model-out up to ``max_loo_groups``,
+    GroupKFold(``folds``) beyond), at ``intervals.level``, with ``intervals.score``."""
     from mapie.regression import CrossConformalRegressor
     from sklearn.model_selection import GroupKFold, LeaveOneGroupOut
 
@@ -119,7 +121,10 @@ def conformal_regressor(X: np.ndarray, groups: np.ndarray, params: dict[str, Any
     n_groups = len(np.unique(groups))
     if n_groups < 2:
         raise EncmapError(f"conformal intervals need at least 2 models to hold out, got {n_groups}")
-    cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
+    if iv["folds"]:
+        cv = GroupKFold(n_splits=min(int(iv["folds"]), n_groups))
+    else:
+        cv = LeaveOneGroupOut() if n_groups <= params["max_loo_groups"] else GroupKFold(n_splits=params["folds"])
     if iv["score"] not in SCORES:
         raise EncmapError(f"regress.intervals.score {iv['score']!r}: choose one of {list(SCORES)}")
     score = "absolute" if iv["score"] == "absolute" else DistanceScore(X, groups, weights, iv["floor"])
