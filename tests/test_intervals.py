@@ -167,3 +167,16 @@ def test_the_regress_step_writes_intervals_and_place_refits_them_for_a_new_encod
                                                 P71, 0), new)
     np.testing.assert_allclose(np.c_[got["lee"]["low"], got["lee"]["high"]], direct, rtol=1e-12)
     assert got["lee"]["extrapolating"][0] == "" and "farther than any held-out model" in got["lee"]["extrapolating"][1]
+
+
+def test_a_fold_with_too_few_encoders_for_the_level_gets_no_interval_and_the_row_says_so():
+    """Old: MAPIE's ValueError ("Number of samples of the score is too low") stopped the regress
+    job of a small map (the tiny pipeline's frontier trains on 9 encoders; 90% needs more than 10)."""
+    X, y, g = _linear_groups(8, 2, 4)
+    rows, preds = regression_table(X, y[:, None], ["t"], g, None, P71, 0, feature_sets=("qre",))
+    r = table(rows, protocol="grouped", regressor="ridge")[0]
+    assert np.isfinite(r["coverage"]) and r["note"] == ""  # 14 training encoders a fold: enough
+    front = table(rows, protocol="frontier", regressor="ridge")
+    if front:  # trains on fewer than 11 encoders here
+        assert np.isnan(front[0]["coverage"]) and "no prediction interval for" in front[0]["note"], front[0]
+        assert all(p["low"] is None for p in preds if p["protocol"] == "frontier")

@@ -472,7 +472,8 @@ def _place(args: argparse.Namespace) -> int:
             print(e)
             for t, p in res["predicted"][e].items():
                 b = bounds.get(e, {}).get(t)
-                print(f"  {t}\t{p['ridge']:.3f}" + (f" [{b['low']:.3f}, {b['high']:.3f}]" if b else "")
+                shown = b and b["low"] == b["low"]  # NaN: too few encoders for an interval at the level
+                print(f"  {t}\t{p['ridge']:.3f}" + (f" [{b['low']:.3f}, {b['high']:.3f}]" if shown else "")
                       + f"{err(t, 'ridge')}\telasticnet {p['elasticnet']:.3f}{err(t, 'elasticnet')}"
                       + (f"\tEXTRAPOLATING: {b['extrapolating']}" if b and b["extrapolating"] else ""))
     else:

@@ -139,6 +139,12 @@ def fitted_intervals(X: np.ndarray, y: np.ndarray, groups: np.ndarray, params: d
     return conformal_regressor(X, g, params, random_state, weights).fit_conformalize(X, y, groups=g)
 
 
+def too_few(n: int, level: float) -> bool:
+    """Whether n conformity scores are too few for an interval at ``level``: a CV+ quantile needs
+    more than 1 / (1 - level) of them (and 1 / level), or its end is infinite (MAPIE refuses)."""
+    return n <= max(1.0 / float(level), 1.0 / (1.0 - float(level)))
+
+
 def predict_intervals(fitted, X: np.ndarray) -> np.ndarray:
     """The intervals (k, 2) [low, high] of a fitted conformal regressor at rows X (k, p)."""
     _, iv = fitted.predict_interval(np.asarray(X, dtype=np.float64))
@@ -148,10 +154,12 @@ def predict_intervals(fitted, X: np.ndarray) -> np.ndarray:
 def heldout_intervals(X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: list[tuple],
                       params: dict[str, Any], random_state: int, weights: np.ndarray | None = None) -> np.ndarray:
     """Each held-out row's interval (n, 2) from the training rows of its outer split alone (NaN for
-    rows no split tests): the interval a new model would have got, so that its coverage is measured
-    on models the intervals never saw."""
+    rows no split tests, and for a split with :func:`too_few` training rows): the interval a new
+    model would have got, so that its coverage is measured on models the intervals never saw."""
     out = np.full((len(y), 2), np.nan)
     for train, test in splits:
+        if too_few(len(train), params["intervals"]["level"]):
+            continue
         out[test] = predict_intervals(fitted_intervals(X[train], y[train], groups[train], params, random_state,
                                                        weights), X[test])
     return out
@@ -159,8 +167,12 @@ def heldout_intervals(X: np.ndarray, y: np.ndarray, groups: np.ndarray, splits: 
 
 def coverage(y: np.ndarray, bounds: np.ndarray) -> tuple[float, float]:
     """The fraction of ``y`` (n,) inside its interval (``bounds`` (n, 2), ends included) and the
-    intervals' mean width."""
+    intervals' mean width, over the rows that have one (NaN, NaN when none has)."""
     y, b = np.asarray(y, dtype=np.float64), np.asarray(bounds, dtype=np.float64)
+    has = np.isfinite(b).all(axis=1)
+    if not has.any():
+        return np.nan, np.nan
+    y, b = y[has], b[has]
     return float(np.mean((y >= b[:, 0]) & (y <= b[:, 1]))), float(np.mean(b[:, 1] - b[:, 0]))
 
 

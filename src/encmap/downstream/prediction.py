@@ -185,7 +185,7 @@ def placed_intervals(regressors: str | Path, F: np.ndarray, spectral: dict[str, 
     import json
 
     from ..io import h5_datasets
-    from .intervals import extrapolation, fitted_intervals, predict_intervals, reach, standardiser
+    from .intervals import extrapolation, fitted_intervals, predict_intervals, reach, standardiser, too_few
 
     if "train_X" not in h5_datasets(regressors):
         return {}
@@ -200,8 +200,10 @@ def placed_intervals(regressors: str | Path, F: np.ndarray, spectral: dict[str, 
     out = {}
     for t, task in enumerate(str(x) for x in saved["tasks"]):
         have = np.flatnonzero(np.isfinite(Y[:, t]))
-        bounds = predict_intervals(fitted_intervals(X[have], Y[have, t], groups[have], ip, int(ip["seed"]), weights),
-                                   X_new)
+        bounds = np.full((len(X_new), 2), np.nan)  # too few scored encoders for an interval at the level
+        if not too_few(len(have), ip["intervals"]["level"]) and len(np.unique(groups[have])) >= 2:
+            bounds = predict_intervals(fitted_intervals(X[have], Y[have, t], groups[have], ip, int(ip["seed"]),
+                                                        weights), X_new)
         ridge = predicted[task]["ridge"]
         out[task] = {"low": bounds[:, 0], "high": bounds[:, 1], "level": float(ip["intervals"]["level"]),
                      "extrapolating": [extrapolation(Z_new[i], Z, ids, far, float(ridge[i]), Y[:, t])

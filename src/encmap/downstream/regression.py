@@ -460,8 +460,15 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int
     q = prediction_quality(yt, pt) | dict(zip(COVERAGE, coverage(yt, bounds[idx]) if intervals else (np.nan,) * 2))
     u = params.get("uncertainty")
     units = len(np.unique(gt))
+    missing = int(intervals and (~np.isfinite(bounds[idx]).all(axis=1)).sum())
+    no_interval = ""
+    if missing:  # a fold with too few training encoders for a quantile at the level
+        level = params["intervals"]["level"]
+        no_interval = (f"no prediction interval for {missing} of {len(idx)} held-out encoders: their folds had too "
+                       f"few training encoders for a {level:.0%} interval (more than "
+                       f"{max(1 / level, 1 / (1 - level)):.0f} needed)")
     if u is None:
-        return pred, bounds, q | dict.fromkeys(UNCERTAINTY, np.nan) | {"units": units, "note": ""}
+        return pred, bounds, q | dict.fromkeys(UNCERTAINTY, np.nan) | {"units": units, "note": no_interval}
     if units >= u["min_units"]:
         low, high = bootstrap_interval(yt, pt, gt, u["resamples"], u["level"], u["seed"])
         note = ""
@@ -472,7 +479,7 @@ def _out_of_fold(unit: tuple, params: dict[str, Any], random_state: int
     p = permutation_p_value(reg, X, y, g, splits, protocol, params, random_state, q["spearman"],
                             u["permutations"], weights)
     return pred, bounds, q | {"spearman_low": low, "spearman_high": high, "p_value": p, "units": units,
-                              "note": note}
+                              "note": "; ".join(filter(None, [note, no_interval]))}
 
 
 def regression_table(F: np.ndarray, Y: np.ndarray, tasks: list[str], groups: list[str] | np.ndarray,
