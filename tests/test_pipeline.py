@@ -166,15 +166,19 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     scores = list(csv.DictReader((mapped / "results/regression/scores.csv").open()))
     assert [r["encoder"] for r in scores] == fm["ids"] and set(scores[0]) == {"encoder", "model", *TASKS}
     table = list(csv.DictReader((mapped / "results/regression/table.csv").open()))
-    # qre, entropy, profile, qre+profile, head, qre+head, tasks, qre+tasks, random: ridge and ElasticNet
-    # (entropy: ridge); dim, layer, parameters: ridge; mean
-    assert len(table) == 7 * 2 * 21
+    # qre, entropy, profile, qre+profile, head, head+scale, qre+head, tasks, qre+tasks, random: ridge and
+    # ElasticNet (entropy: ridge); neighbours: knn; dim, layer, parameters: ridge; mean
+    front = [r for r in table if r["protocol"] == "frontier"]  # where 3 models are left to train on
+    assert len(table) - len(front) == 7 * 2 * 24 and len(front) % 24 == 0
     assert {r["folds"] for r in table if r["protocol"] == "grouped"} == {"4"}  # leave-one-model-out, 4 models
     metrics = json.loads((mapped / "results/regression/metrics.json").read_text())
     assert metrics["encoders"] == 11 and metrics["models"] == 4 and metrics["tasks"] == 7
-    assert set(metrics["qre"]["ridge"]) == {"grouped", "random"}
+    assert {"grouped", "random"} <= set(metrics["qre"]["ridge"]) and metrics["interval_level"] == 0.9
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
-    assert len(preds) == 11 * 7 * 2 * 21
+    assert len(preds) == 11 * 7 * 2 * 24 + sum(int(r["n"]) for r in front)
+    # Each ridge prediction of the predictor, model held out, carries its conformal interval.
+    mine = [p for p in preds if (p["protocol"], p["features"], p["regressor"]) == ("grouped", "qre", "ridge")]
+    assert len(mine) == 11 * 7 and all(float(p["low"]) <= float(p["high"]) for p in mine)
     assert metrics["predictor"] == "qre"
     reg = mapped / "results/regression"
     check_regression_figures(reg / "table.csv", reg / "predictions.csv", reg / "figures/predicted.svg",
