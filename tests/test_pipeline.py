@@ -176,9 +176,12 @@ def test_pipeline_evaluate_and_regress(mapped, tmp_path):
     assert {"grouped", "random"} <= set(metrics["qre"]["ridge"]) and metrics["interval_level"] == 0.9
     preds = list(csv.DictReader((mapped / "results/regression/predictions.csv").open()))
     assert len(preds) == 11 * 7 * 2 * 24 + sum(int(r["n"]) for r in front)
-    # Each ridge prediction of the predictor, model held out, carries its conformal interval.
+    # The predictor's ridge predictions, model held out, would carry conformal intervals, but each
+    # fold trains on 3 models' 7-9 encoders: too few for a 90% interval (more than 10); said so.
     mine = [p for p in preds if (p["protocol"], p["features"], p["regressor"]) == ("grouped", "qre", "ridge")]
-    assert len(mine) == 11 * 7 and all(float(p["low"]) <= float(p["high"]) for p in mine)
+    assert len(mine) == 11 * 7 and all(p["low"] == p["high"] == "" for p in mine)
+    assert all("no prediction interval for 11 of 11 held-out encoders" in r["note"] for r in table
+               if (r["protocol"], r["features"], r["regressor"]) == ("grouped", "qre", "ridge"))
     assert metrics["predictor"] == "qre"
     reg = mapped / "results/regression"
     check_regression_figures(reg / "table.csv", reg / "predictions.csv", reg / "figures/predicted.svg",
