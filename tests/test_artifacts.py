@@ -61,7 +61,7 @@ def test_gather_refuses_another_encoders_features_and_duplicates(run, tmp_path):
         f = tmp_path / f"features/m{i}/m{i}__{i}.h5"
         write_h5(f, {"features": [0.1, 0.2, 0.3], "profile": [-1.0, -2.0], "head": [-1.0, -3.0]},
                  {"encoder_id": f"m{i}__{i}", "model": f"m{i}", "sentences_sha256": "a", "entropy": 1.0,
-                  "log_rank": 0.5,
+                  "log_rank": 0.5, "log_scale": 0.0,
                                                      "direction": "forward", "eps": 1e-6, "qre_to_base": 0.0, "d": 2,
                                                      "degenerate": "", "encoder": json.dumps(
                                                          {"id": f"m{i}__{i}", "model": f"m{i}", "layer": None,
