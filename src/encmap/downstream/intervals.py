@@ -44,23 +44,28 @@ def with_intervals(reg: str, features: str, protocol: str, params: dict[str, Any
 
 
 def standardiser(X: np.ndarray, weights: np.ndarray | None = None):
-    """The predictor's space as ridge sees it: columns standardised on the rows ``X`` (n, p) (a
-    constant column stays 0), then the block weights. Returns a function (k, p) -> (k, p)."""
-    X = np.asarray(X, dtype=np.float64)
-    mean, scale = X.mean(axis=0), X.std(axis=0)
-    scale = np.where(scale > 0, scale, 1.0)
-    w = np.ones(X.shape[1]) if weights is None else np.concatenate([weights, np.ones(X.shape[1] - len(weights))])
-    return lambda A: (np.asarray(A, dtype=np.float64) - mean) / scale * w
+    """The predictor's space as ridge sees it (the ``scale`` and ``blocks`` steps of
+    :func:`encmap.downstream.regression.make_regressor`): scikit-learn's StandardScaler fitted on
+    the rows ``X`` (n, p), then the block weights. Returns a function (k, p) -> (k, p)."""
+    from sklearn.preprocessing import StandardScaler
+
+    from .regression import scale_columns
+
+    scaler = StandardScaler().fit(np.asarray(X, dtype=np.float64))
+    return lambda A: scale_columns(scaler.transform(np.asarray(A, dtype=np.float64)), weights)
 
 
 def nearest_distances(Z: np.ndarray, to: np.ndarray, same: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Euclidean distance (k,) from each row of ``Z`` (k, p) to its nearest row of ``to`` (m, p), and
-    that row's index (k,); ``same`` (k, m) bool: pairs left out (an encoder's own model)."""
-    D = np.sqrt(np.maximum(((Z[:, None, :] - to[None, :, :]) ** 2).sum(axis=-1), 0.0))
+    that row's index (k,); ``same`` (k, m) bool: pairs left out (an encoder's own model). Memory
+    k x m (scipy's cdist), not k x m x p: the ``qre`` predictor has 10,000 columns."""
+    from scipy.spatial.distance import cdist
+
+    D = cdist(np.asarray(Z, dtype=np.float64), np.asarray(to, dtype=np.float64))
     if same is not None:
         D = np.where(same, np.inf, D)
     j = np.argmin(D, axis=1)
-    return D[np.arange(len(Z)), j], j
+    return D[np.arange(len(D)), j], j
 
 
 def reach(X: np.ndarray, groups: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
